@@ -1,0 +1,193 @@
+package provider
+
+import (
+	"context"
+	"strings"
+	"unicode/utf8"
+)
+
+// Provider names.
+const (
+	XAI       = "xai"
+	OpenAI    = "openai"
+	Gemini    = "gemini"
+	Anthropic = "anthropic"
+)
+
+// Names lists every known provider in the default failover order.
+var Names = []string{XAI, OpenAI, Gemini, Anthropic}
+
+// Known reports whether name is a known provider.
+func Known(name string) bool {
+	for _, n := range Names {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Client runs one code-execution request against one provider's API. An
+// implementation makes exactly one HTTP exchange per call (or a bounded chain
+// of continuations the provider asks for); retries, breakers and failover are
+// the caller's business.
+type Client interface {
+	// Name is the provider name, one of Names.
+	Name() string
+	// Execute sends req and parses the answer. Errors are *Error.
+	Execute(ctx context.Context, req *Request) (*Response, error)
+}
+
+// Request is one code-execution request.
+type Request struct {
+	// Task is the analysis request with its data inline.
+	Task string
+	// Model is the provider's model id, already normalized.
+	Model string
+	// MaxTurns caps the provider's internal tool turns; 0 leaves it to the
+	// provider.
+	MaxTurns int
+	// APIKey authenticates the request. It is never logged.
+	APIKey string
+}
+
+// Outcomes of a run, normalized across providers.
+const (
+	OutcomeOK               = "ok"
+	OutcomeFailed           = "failed"
+	OutcomeDeadlineExceeded = "deadline_exceeded"
+	OutcomeUnspecified      = "unspecified"
+)
+
+// Response is a provider's answer, normalized.
+type Response struct {
+	// Model is the model that answered, as the provider reports it (or the
+	// requested one when it does not).
+	Model string
+	// Content is the answer text: the text blocks joined in order.
+	Content string
+	// Citations are http(s) URLs, deduplicated in order (see Citations).
+	Citations []string
+	// OutputTypes are the distinct output block types, in order of first
+	// appearance.
+	OutputTypes []string
+	// UsedCodeExecution reports whether the provider ran code.
+	UsedCodeExecution bool
+	// Runs are the executed code blocks and what they printed, in order.
+	Runs []Run
+	// Images are images not tied to a run.
+	Images []Image
+	// Usage is what the provider reported about tokens and tool calls.
+	Usage Usage
+}
+
+// Run is one executed code block.
+type Run struct {
+	Code     string  `json:"code"`
+	Language string  `json:"language"`
+	Outcome  string  `json:"outcome"`
+	Output   string  `json:"output"`
+	Images   []Image `json:"images,omitempty"`
+}
+
+// Image is an image the code produced: inline data, a URL or a provider
+// file id.
+type Image struct {
+	MIMEType string `json:"mimeType,omitempty"`
+	Data     string `json:"data,omitempty"` // base64
+	URL      string `json:"url,omitempty"`
+	FileID   string `json:"fileId,omitempty"`
+	// Omitted reports that Data was dropped to keep the result small.
+	Omitted bool `json:"omitted,omitempty"`
+}
+
+// Usage is token and tool-call accounting.
+type Usage struct {
+	InputTokens int64 `json:"inputTokens"`
+	// OutputTokens counts every generated token, reasoning included.
+	OutputTokens int64 `json:"outputTokens"`
+	// ReasoningTokens is the reasoning share of OutputTokens.
+	ReasoningTokens int64 `json:"reasoningTokens,omitempty"`
+	ToolCalls       int64 `json:"toolCalls"`
+	// CostUSD is the cost the provider itself reported, if any (xAI reports
+	// cost_in_usd_ticks).
+	CostUSD *float64 `json:"-"`
+}
+
+// Citation limits of seed 000.
+const (
+	MaxCitations         = 20
+	MaxCitationLength    = 2048
+	MaxAnnotationsToScan = 1000
+)
+
+// Citations collects citation URLs: http and https only, at most
+// MaxCitationLength bytes, deduplicated in order, at most MaxCitations kept.
+// Scanning stops after MaxAnnotationsToScan candidates.
+type Citations struct {
+	seen    map[string]bool
+	list    []string
+	scanned int
+}
+
+// Add offers one candidate URL.
+func (c *Citations) Add(u string) {
+	if c.scanned >= MaxAnnotationsToScan || len(c.list) >= MaxCitations {
+		c.scanned++
+		return
+	}
+	c.scanned++
+	u = strings.TrimSpace(u)
+	if u == "" || len(u) > MaxCitationLength || !utf8.ValidString(u) {
+		return
+	}
+	lower := strings.ToLower(u)
+	if !strings.HasPrefix(lower, "http://") && !strings.HasPrefix(lower, "https://") {
+		return
+	}
+	if len(u) == len("https://") || strings.ContainsAny(u, " \t\r\n\"<>\\") {
+		return
+	}
+	if c.seen == nil {
+		c.seen = map[string]bool{}
+	}
+	if c.seen[u] {
+		return
+	}
+	c.seen[u] = true
+	c.list = append(c.list, u)
+}
+
+// List returns the kept citations (never nil).
+func (c *Citations) List() []string {
+	if c.list == nil {
+		return []string{}
+	}
+	return c.list
+}
+
+// Types collects distinct output types in order of first appearance.
+type Types struct {
+	seen map[string]bool
+	list []string
+}
+
+// Add records one output type; empty types are ignored.
+func (t *Types) Add(s string) {
+	if s == "" || t.seen[s] {
+		return
+	}
+	if t.seen == nil {
+		t.seen = map[string]bool{}
+	}
+	t.seen[s] = true
+	t.list = append(t.list, s)
+}
+
+// List returns the types (never nil).
+func (t *Types) List() []string {
+	if t.list == nil {
+		return []string{}
+	}
+	return t.list
+}
