@@ -1,0 +1,223 @@
+package sandbox
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/sandbox/internal/engine"
+	"github.com/toolq/toolq/sandbox/internal/snapshot"
+)
+
+//go:embed prelude.js
+var prelude string
+
+// Limits bound one run. Zero fields take the engine's defaults. JSON names
+// follow seed 001's tools.codeMode settings.
+type Limits struct {
+	TimeoutMs           int   `json:"timeoutMs,omitempty"`
+	MemoryLimitBytes    int64 `json:"memoryLimitBytes,omitempty"`
+	MaxOutputBytes      int   `json:"maxOutputBytes,omitempty"`
+	MaxSnapshotBytes    int   `json:"maxSnapshotBytes,omitempty"`
+	MaxPendingToolCalls int   `json:"maxPendingToolCalls,omitempty"`
+	SearchDefaultLimit  int   `json:"searchDefaultLimit,omitempty"`
+	MaxSearchLimit      int   `json:"maxSearchLimit,omitempty"`
+}
+
+// DefaultLimits returns seed 001's defaults.
+func DefaultLimits() Limits {
+	return Limits{
+		TimeoutMs:           10000,
+		MemoryLimitBytes:    64 << 20,
+		MaxOutputBytes:      64 << 10,
+		MaxSnapshotBytes:    10 << 20,
+		MaxPendingToolCalls: 16,
+		SearchDefaultLimit:  8,
+		MaxSearchLimit:      50,
+	}
+}
+
+func (l Limits) withDefaults(d Limits) Limits {
+	pick := func(v *int, def int) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	pick(&l.TimeoutMs, d.TimeoutMs)
+	if l.MemoryLimitBytes <= 0 {
+		l.MemoryLimitBytes = d.MemoryLimitBytes
+	}
+	pick(&l.MaxOutputBytes, d.MaxOutputBytes)
+	pick(&l.MaxSnapshotBytes, d.MaxSnapshotBytes)
+	pick(&l.MaxPendingToolCalls, d.MaxPendingToolCalls)
+	pick(&l.SearchDefaultLimit, d.SearchDefaultLimit)
+	pick(&l.MaxSearchLimit, d.MaxSearchLimit)
+	if l.SearchDefaultLimit > l.MaxSearchLimit {
+		l.SearchDefaultLimit = l.MaxSearchLimit
+	}
+	return l
+}
+
+// EngineConfig configures an Engine.
+type EngineConfig struct {
+	// SnapshotKey signs snapshots (HMAC-SHA256); at least 32 bytes. Every
+	// process that resumes a run must hold the same key.
+	SnapshotKey []byte
+	// Limits are the defaults of runs; zero fields take DefaultLimits.
+	Limits Limits
+	// MaxMemoryLimitBytes is the largest memoryLimitBytes a run may ask for;
+	// it sizes the wasm page cap (2.5× + 2 MiB). Default: Limits.MemoryLimitBytes.
+	MaxMemoryLimitBytes int64
+	// StackSizeBytes is the QuickJS stack limit (≤ 512 KiB). Default 256 KiB.
+	StackSizeBytes int
+	// PoolSize is the number of warm VMs kept. Default 2 × GOMAXPROCS.
+	PoolSize int
+	// CompilationCacheDir keeps compiled wasm on disk. Default: a toolq
+	// folder in the user cache directory; "-" disables the disk cache.
+	CompilationCacheDir string
+	// Wasm overrides the embedded quickjs.wasm (tests of foreign builds).
+	Wasm []byte
+}
+
+// Engine runs code-mode programs. One Engine per process: it holds the
+// compiled module, the clean post-init image and the pool of warm VMs. It is
+// safe for concurrent use.
+type Engine struct {
+	rt       *engine.Runtime
+	pool     *engine.Pool
+	codec    *snapshot.Codec
+	limits   Limits
+	maxMem   int64
+	stack    uint32
+	install  engine.Value
+	start    engine.Value
+	closeMu  sync.Mutex
+	isClosed bool
+}
+
+// NewEngine loads and compiles quickjs.wasm and builds the post-init image.
+// Without the wasm file it fails with runtime_unavailable.
+func NewEngine(ctx context.Context, cfg *EngineConfig) (*Engine, error) {
+	if cfg == nil {
+		cfg = &EngineConfig{}
+	}
+	if len(cfg.SnapshotKey) < 32 {
+		return nil, errors.New("sandbox: EngineConfig.SnapshotKey must hold at least 32 bytes")
+	}
+	e := &Engine{limits: cfg.Limits.withDefaults(DefaultLimits())}
+	e.maxMem = cfg.MaxMemoryLimitBytes
+	if e.maxMem <= 0 {
+		e.maxMem = e.limits.MemoryLimitBytes
+	}
+	if e.limits.MemoryLimitBytes > e.maxMem {
+		return nil, fmt.Errorf("sandbox: Limits.MemoryLimitBytes %d exceeds MaxMemoryLimitBytes %d", e.limits.MemoryLimitBytes, e.maxMem)
+	}
+	stack := cfg.StackSizeBytes
+	if stack <= 0 {
+		stack = 256 << 10
+	}
+	if stack > 512<<10 {
+		return nil, errors.New("sandbox: StackSizeBytes exceeds 512 KiB")
+	}
+	e.stack = uint32(stack)
+	wasm := cfg.Wasm
+	if wasm == nil {
+		var err error
+		if wasm, err = engine.EmbeddedWasm(); err != nil {
+			return nil, contracts.Errorf(contracts.CodeRuntimeUnavailable, "code mode runtime unavailable: %v", err)
+		}
+	}
+	cacheDir := cfg.CompilationCacheDir
+	if cacheDir == "" {
+		if d, err := os.UserCacheDir(); err == nil {
+			cacheDir = filepath.Join(d, "toolq", "wazero")
+		}
+	} else if cacheDir == "-" {
+		cacheDir = ""
+	}
+	pages := uint32((e.maxMem*5/2 + 2<<20 + engine.PageSize - 1) / engine.PageSize)
+	rt, err := engine.New(ctx, engine.Config{
+		Wasm:                wasm,
+		CompilationCacheDir: cacheDir,
+		MemoryLimitPages:    pages,
+		Setup:               setupImage,
+	})
+	if err != nil {
+		return nil, contracts.Errorf(contracts.CodeRuntimeUnavailable, "code mode runtime unavailable: %v", err)
+	}
+	e.rt = rt
+	e.install, e.start = rt.Roots[0], rt.Roots[1]
+	e.codec, err = snapshot.NewCodec(cfg.SnapshotKey, rt.WasmSHA256, rt.ImageSHA256, rt.Image(), int(pages)*engine.PageSize)
+	if err != nil {
+		_ = rt.Close(ctx)
+		return nil, err
+	}
+	size := cfg.PoolSize
+	if size <= 0 {
+		size = 2 * runtime.GOMAXPROCS(0)
+	}
+	e.pool = engine.NewPool(rt, size)
+	return e, nil
+}
+
+// setupImage evaluates the guest runtime in the image VM and keeps its
+// install and start functions.
+func setupImage(ctx context.Context, vm *engine.VM) ([]engine.Value, error) {
+	host, err := vm.NewHostFunction(ctx, hostFunctionName, 2)
+	if err != nil {
+		return nil, err
+	}
+	defer vm.Free(ctx, host)
+	factory, err := vm.Eval(ctx, prelude, "toolq:runtime", 0)
+	if err != nil {
+		return nil, fmt.Errorf("evaluate guest runtime: %w", err)
+	}
+	defer vm.Free(ctx, factory)
+	undef, err := vm.Undefined(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer vm.Free(ctx, undef)
+	obj, err := vm.Call(ctx, factory, undef, host)
+	if err != nil {
+		return nil, fmt.Errorf("start guest runtime: %w", err)
+	}
+	defer vm.Free(ctx, obj)
+	install, err := vm.GetProp(ctx, obj, "install")
+	if err != nil {
+		return nil, err
+	}
+	start, err := vm.GetProp(ctx, obj, "start")
+	if err != nil {
+		return nil, err
+	}
+	return []engine.Value{install, start}, nil
+}
+
+// Warm fills the pool with n VMs ahead of demand.
+func (e *Engine) Warm(ctx context.Context, n int) error { return e.pool.Warm(ctx, n) }
+
+// Close releases the engine. Runs in flight must have returned.
+func (e *Engine) Close(ctx context.Context) error {
+	e.closeMu.Lock()
+	defer e.closeMu.Unlock()
+	if e.isClosed {
+		return nil
+	}
+	e.isClosed = true
+	e.pool.Close(ctx)
+	e.codec.Close()
+	return e.rt.Close(ctx)
+}
+
+// Limits returns the engine's default limits.
+func (e *Engine) Limits() Limits { return e.limits }
+
+// WasmSHA256 returns the digest of the engine's quickjs.wasm.
+func (e *Engine) WasmSHA256() [32]byte { return e.rt.WasmSHA256 }

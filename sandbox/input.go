@@ -1,0 +1,105 @@
+package sandbox
+
+import (
+	"regexp"
+	"strings"
+
+	"github.com/evanw/esbuild/pkg/api"
+
+	"github.com/toolq/toolq/contracts"
+)
+
+// Validate checks the exec input as seed 001 says: one of code and command
+// is non-empty, both agree when both are given, and language is javascript
+// (the default) or typescript. It returns the source and the language.
+func (in Input) Validate() (source, language string, err error) {
+	code, command := in.Code, in.Command
+	switch {
+	case strings.TrimSpace(code) == "" && strings.TrimSpace(command) == "":
+		return "", "", contracts.Errorf(contracts.CodeInvalidInput, "exec needs code (or its alias command)")
+	case code != "" && command != "" && code != command:
+		return "", "", contracts.Errorf(contracts.CodeInvalidInput, "code and command are both set and differ")
+	}
+	source = code
+	if strings.TrimSpace(source) == "" {
+		source = command
+	}
+	language = in.Language
+	switch language {
+	case "":
+		language = LanguageJavaScript
+	case LanguageJavaScript, LanguageTypeScript:
+	default:
+		return "", "", contracts.Errorf(contracts.CodeInvalidInput,
+			"language must be %q or %q, not %q", LanguageJavaScript, LanguageTypeScript, language)
+	}
+	return source, language, nil
+}
+
+// forbidden are the module-loading forms exec refuses, in source and in
+// transpiled output alike.
+var forbidden = []struct {
+	re   *regexp.Regexp
+	what string
+}{
+	{regexp.MustCompile(`(?m)(^|[;{}]|\*/)\s*import\s*(["'{*]|[\p{L}_$][\p{L}\p{N}_$]*\s*(,|\bfrom\b))`), "import statements"},
+	{regexp.MustCompile(`(?m)(^|[;{}]|\*/)\s*import\s+type\b`), "import statements"},
+	{regexp.MustCompile(`\bimport\s*\(`), "dynamic import()"},
+	{regexp.MustCompile(`\bimport\s*\.\s*meta\b`), "import.meta"},
+	{regexp.MustCompile(`(?m)(^|[;{}]|\*/)\s*export\s+(default\b|\{|\*|const\b|let\b|var\b|function\b|async\b|class\b|type\b|interface\b|enum\b|=)`), "module exports"},
+	{regexp.MustCompile(`\brequire\s*(\(|\.\s*(resolve|cache|main)\b)`), "require()"},
+	{regexp.MustCompile(`\bimportScripts\s*\(`), "importScripts()"},
+	{regexp.MustCompile(`\bmodule\s*\.\s*(exports|require)\b`), "module loaders"},
+	{regexp.MustCompile(`\b(System\s*\.\s*import|__webpack_require__|__non_webpack_require__)\b`), "module loaders"},
+}
+
+func checkForbidden(src string) error {
+	for _, f := range forbidden {
+		if f.re.MatchString(src) {
+			return contracts.Errorf(contracts.CodeInvalidInput,
+				"code mode refuses %s: tools are reached through the tools, MCP and API globals", f.what)
+		}
+	}
+	return nil
+}
+
+// wrapPrefix and wrapSuffix make the code the body of an async function, so
+// that top-level await and return work.
+const (
+	wrapPrefix = "(async function () {\n"
+	wrapSuffix = "\n})"
+)
+
+// prepare validates the input and returns the script whose completion value
+// is the run's async function.
+func prepare(in Input) (string, error) {
+	src, lang, err := in.Validate()
+	if err != nil {
+		return "", err
+	}
+	if err := checkForbidden(src); err != nil {
+		return "", err
+	}
+	script := wrapPrefix + src + wrapSuffix
+	if lang == LanguageTypeScript {
+		res := api.Transform(script, api.TransformOptions{
+			Loader:     api.LoaderTS,
+			Target:     api.ESNext,
+			Sourcefile: "exec.ts",
+			LogLevel:   api.LogLevelSilent,
+		})
+		if len(res.Errors) > 0 {
+			e := res.Errors[0]
+			msg := e.Text
+			if e.Location != nil {
+				msg = strings.TrimSpace(e.Location.LineText) + ": " + msg
+			}
+			return "", contracts.Errorf(contracts.CodeInvalidInput, "TypeScript: %s", msg)
+		}
+		script = strings.TrimRight(strings.TrimSpace(string(res.Code)), ";")
+		if err := checkForbidden(script); err != nil {
+			return "", err
+		}
+	}
+	return script, nil
+}

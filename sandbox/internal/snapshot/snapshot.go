@@ -1,0 +1,178 @@
+// Package snapshot encodes and decodes signed, compressed VM snapshots: the
+// linear memory of a QuickJS VM as a delta against the clean post-init image,
+// its registers and the host's bookkeeping.
+//
+// Layout (integers little-endian):
+//
+//	0   4  magic "TQJS"
+//	4   1  version (1)
+//	5   3  reserved, zero
+//	8   32 sha256 of the quickjs.wasm build
+//	40  32 sha256 of the post-init image
+//	72  4  memory size in bytes (a multiple of 64 KiB)
+//	76  4  stack pointer
+//	80  4  runtime pointer
+//	84  4  context pointer
+//	88  4  host state length
+//	92  4  payload length
+//	96  n  payload: zstd(host state ‖ memory XOR image)
+//	…   32 HMAC-SHA256 of everything before it
+package snapshot
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Version is the format version written by Encode.
+const Version = 1
+
+const (
+	headerSize = 96
+	macSize    = sha256.Size
+	pageSize   = 65536
+)
+
+var magic = [4]byte{'T', 'Q', 'J', 'S'}
+
+// Errors of Decode. ErrTooLarge is the only one that is not "refused as
+// invalid".
+var (
+	ErrTooLarge     = errors.New("snapshot exceeds maxSnapshotBytes")
+	ErrTruncated    = errors.New("snapshot is truncated or malformed")
+	ErrNotSnapshot  = errors.New("not a toolq sandbox snapshot")
+	ErrVersion      = errors.New("unsupported snapshot version")
+	ErrForeignBuild = errors.New("snapshot was made by a different quickjs.wasm build or runtime image")
+	ErrSignature    = errors.New("snapshot signature mismatch")
+)
+
+// Snapshot is a decoded snapshot.
+type Snapshot struct {
+	Memory       []byte
+	StackPointer uint32
+	RuntimePtr   uint32
+	ContextPtr   uint32
+	Host         []byte
+}
+
+// Codec encodes and decodes snapshots for one wasm build and image. It is
+// safe for concurrent use.
+type Codec struct {
+	key       []byte
+	wasmSHA   [32]byte
+	imageSHA  [32]byte
+	image     []byte
+	maxMemory int
+	enc       *zstd.Encoder
+	dec       *zstd.Decoder
+}
+
+// NewCodec returns a codec. maxMemory bounds the memory a snapshot may hold.
+func NewCodec(key []byte, wasmSHA, imageSHA [32]byte, image []byte, maxMemory int) (*Codec, error) {
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
+		zstd.WithLowerEncoderMem(true))
+	if err != nil {
+		return nil, err
+	}
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(maxMemory)+64<<20))
+	if err != nil {
+		enc.Close()
+		return nil, err
+	}
+	return &Codec{
+		key: append([]byte(nil), key...), wasmSHA: wasmSHA, imageSHA: imageSHA, image: image,
+		maxMemory: maxMemory, enc: enc, dec: dec,
+	}, nil
+}
+
+// Close releases the compressors.
+func (c *Codec) Close() {
+	_ = c.enc.Close()
+	c.dec.Close()
+}
+
+// Encode returns the signed snapshot, or ErrTooLarge when it exceeds max
+// bytes (max ≤ 0: no bound).
+func (c *Codec) Encode(s *Snapshot, max int) ([]byte, error) {
+	if len(s.Memory)%pageSize != 0 || len(s.Memory) < len(c.image) {
+		return nil, fmt.Errorf("snapshot memory of %d bytes is not a page multiple at least as large as the image", len(s.Memory))
+	}
+	raw := make([]byte, len(s.Host)+len(s.Memory))
+	copy(raw, s.Host)
+	delta := raw[len(s.Host):]
+	subtle.XORBytes(delta, s.Memory[:len(c.image)], c.image)
+	copy(delta[len(c.image):], s.Memory[len(c.image):])
+
+	out := make([]byte, headerSize, headerSize+len(raw)/8+macSize)
+	copy(out[0:4], magic[:])
+	out[4] = Version
+	copy(out[8:40], c.wasmSHA[:])
+	copy(out[40:72], c.imageSHA[:])
+	binary.LittleEndian.PutUint32(out[72:], uint32(len(s.Memory)))
+	binary.LittleEndian.PutUint32(out[76:], s.StackPointer)
+	binary.LittleEndian.PutUint32(out[80:], s.RuntimePtr)
+	binary.LittleEndian.PutUint32(out[84:], s.ContextPtr)
+	binary.LittleEndian.PutUint32(out[88:], uint32(len(s.Host)))
+	out = c.enc.EncodeAll(raw, out)
+	binary.LittleEndian.PutUint32(out[92:], uint32(len(out)-headerSize))
+	mac := hmac.New(sha256.New, c.key)
+	mac.Write(out)
+	out = mac.Sum(out)
+	if max > 0 && len(out) > max {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(out), max)
+	}
+	return out, nil
+}
+
+// Decode verifies and decodes a snapshot of at most max bytes (max ≤ 0: no
+// bound). It never panics on any input.
+func (c *Codec) Decode(b []byte, max int) (*Snapshot, error) {
+	if max > 0 && len(b) > max {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(b), max)
+	}
+	if len(b) < headerSize+macSize {
+		return nil, ErrTruncated
+	}
+	if [4]byte(b[0:4]) != magic {
+		return nil, ErrNotSnapshot
+	}
+	if b[4] != Version {
+		return nil, fmt.Errorf("%w %d", ErrVersion, b[4])
+	}
+	if [32]byte(b[8:40]) != c.wasmSHA || [32]byte(b[40:72]) != c.imageSHA {
+		return nil, ErrForeignBuild
+	}
+	body, sum := b[:len(b)-macSize], b[len(b)-macSize:]
+	mac := hmac.New(sha256.New, c.key)
+	mac.Write(body)
+	if !hmac.Equal(mac.Sum(nil), sum) {
+		return nil, ErrSignature
+	}
+	memSize := int(binary.LittleEndian.Uint32(b[72:]))
+	hostLen := int(binary.LittleEndian.Uint32(b[88:]))
+	payloadLen := int(binary.LittleEndian.Uint32(b[92:]))
+	if payloadLen != len(body)-headerSize || memSize%pageSize != 0 || memSize < len(c.image) ||
+		memSize > c.maxMemory || hostLen > c.maxMemory {
+		return nil, ErrTruncated
+	}
+	want := hostLen + memSize
+	raw, err := c.dec.DecodeAll(body[headerSize:], make([]byte, 0, want))
+	if err != nil || len(raw) != want {
+		return nil, ErrTruncated
+	}
+	s := &Snapshot{
+		StackPointer: binary.LittleEndian.Uint32(b[76:]),
+		RuntimePtr:   binary.LittleEndian.Uint32(b[80:]),
+		ContextPtr:   binary.LittleEndian.Uint32(b[84:]),
+		Host:         raw[:hostLen:hostLen],
+		Memory:       raw[hostLen:],
+	}
+	subtle.XORBytes(s.Memory[:len(c.image)], s.Memory[:len(c.image)], c.image)
+	return s, nil
+}

@@ -1,0 +1,180 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/toolq/toolq/contracts"
+)
+
+// Input is the exec input of seed 001: one of Code or Command, and a
+// language.
+type Input struct {
+	Code     string `json:"code,omitempty"`
+	Command  string `json:"command,omitempty"`
+	Language string `json:"language,omitempty"`
+}
+
+// Languages accepted by Input.Language.
+const (
+	LanguageJavaScript = "javascript"
+	LanguageTypeScript = "typescript"
+)
+
+// Status of a Result.
+type Status string
+
+// Result statuses.
+const (
+	StatusCompleted Status = "completed"
+	StatusWaiting   Status = "waiting"
+	StatusFailed    Status = "failed"
+)
+
+// Waiting reasons.
+const (
+	ReasonPendingTools = "pending_tools"
+	ReasonYield        = "yield"
+)
+
+// Result is the seed's CodeModeResult: completed {value, output, telemetry},
+// waiting {runId, reason, pendingToolCalls, output, telemetry} or failed
+// {error, code, output, telemetry}.
+type Result struct {
+	Status           Status              `json:"status"`
+	Value            json.RawMessage     `json:"value,omitempty"`
+	RunID            string              `json:"runId,omitempty"`
+	Reason           string              `json:"reason,omitempty"`
+	PendingToolCalls []PendingToolCall   `json:"pendingToolCalls,omitempty"`
+	Error            string              `json:"error,omitempty"`
+	Code             contracts.ErrorCode `json:"code,omitempty"`
+	Output           []Output            `json:"output,omitempty"`
+	Telemetry        Telemetry           `json:"telemetry"`
+}
+
+// MarshalJSON writes value: null for a completed run that returned nothing.
+func (r Result) MarshalJSON() ([]byte, error) {
+	type plain Result
+	if r.Status == StatusCompleted && len(r.Value) == 0 {
+		r.Value = json.RawMessage("null")
+	}
+	return json.Marshal(plain(r))
+}
+
+// Output is one item of a run's output: {type:"text", text} or
+// {type:"json", value}.
+type Output struct {
+	Type  string          `json:"type"`
+	Text  string          `json:"text,omitempty"`
+	Value json.RawMessage `json:"value,omitempty"`
+}
+
+// Output types.
+const (
+	OutputText = "text"
+	OutputJSON = "json"
+)
+
+// Telemetry counts what a run did, over exec and every resume.
+type Telemetry struct {
+	BridgeCalls   BridgeCalls `json:"bridgeCalls"`
+	NestedCalls   int         `json:"nestedCalls"`
+	Resumes       int         `json:"resumes"`
+	DurationMs    float64     `json:"durationMs"`
+	SnapshotBytes int         `json:"snapshotBytes,omitempty"`
+}
+
+// BridgeCalls counts calls through the host bridge.
+type BridgeCalls struct {
+	Search   int `json:"search"`
+	Describe int `json:"describe"`
+	Call     int `json:"call"`
+}
+
+// PendingToolCall is a nested tool call the guest awaits.
+type PendingToolCall struct {
+	CallID string          `json:"callId"`
+	ToolID string          `json:"toolId"`
+	Source string          `json:"source,omitempty"`
+	Input  json.RawMessage `json:"input"`
+}
+
+// CatalogEntry is the compact catalog entry the guest sees in ALL_TOOLS and
+// tools.search results. ID has the form <source>:<owner>:<tool-name>.
+type CatalogEntry struct {
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Label       string `json:"label,omitempty"`
+	Description string `json:"description"`
+	// Source is "openclaw", "mcp" or "client" (seed 001).
+	Source     string `json:"source"`
+	SourceName string `json:"sourceName,omitempty"`
+	// Input is a compact input hint, such as "{ path: string }".
+	Input  string `json:"input"`
+	Output string `json:"output,omitempty"`
+}
+
+// Tool is a catalog entry with its schemas, as tools.describe returns it.
+type Tool struct {
+	CatalogEntry
+	Parameters   json.RawMessage `json:"parameters"`
+	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
+}
+
+// Tool sources.
+const (
+	SourceOpenClaw = "openclaw"
+	SourceMCP      = "mcp"
+	SourceClient   = "client"
+)
+
+// ToolCall is a nested call the guest makes.
+type ToolCall struct {
+	RunID  string
+	CallID string
+	Tool   Tool
+	Input  json.RawMessage
+}
+
+// CallOutcome is a bridge's answer to a ToolCall: Pending (settled later by
+// a Settlement with the call's ID), or settled now with Value or Error.
+type CallOutcome struct {
+	Pending bool
+	Value   json.RawMessage
+	Error   string
+}
+
+// Settlement settles a pending call: Error non-empty rejects it (the guest
+// sees a plain Error with that message), otherwise Value (JSON; empty means
+// null) resolves it.
+type Settlement struct {
+	CallID string          `json:"callId"`
+	Value  json.RawMessage `json:"value,omitempty"`
+	Error  string          `json:"error,omitempty"`
+}
+
+// Bridge is the host side of the guest runtime. Calls are made on the
+// goroutine running Exec or Resume, while the VM waits.
+type Bridge interface {
+	// Search ranks the run's catalog for tools.search. limit is already
+	// defaulted and capped.
+	Search(ctx context.Context, catalog *Catalog, query string, limit int) ([]CatalogEntry, error)
+	// Describe returns the entry with schemas for tools.describe. The id is
+	// known to be in the run's catalog.
+	Describe(ctx context.Context, tool Tool) (Tool, error)
+	// Call starts a nested tool call. The tool is in the run's catalog. An
+	// error is given to the guest as a plain Error.
+	Call(ctx context.Context, call ToolCall) (CallOutcome, error)
+}
+
+// CatalogBridge implements Search and Describe over the run's catalog; embed
+// it and add Call.
+type CatalogBridge struct{}
+
+// Search ranks the catalog with Catalog.Search.
+func (CatalogBridge) Search(_ context.Context, c *Catalog, query string, limit int) ([]CatalogEntry, error) {
+	return c.Search(query, limit), nil
+}
+
+// Describe returns the tool as it is.
+func (CatalogBridge) Describe(_ context.Context, t Tool) (Tool, error) { return t, nil }
