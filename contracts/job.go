@@ -1,0 +1,135 @@
+package contracts
+
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+)
+
+// Limits on fields of a job.
+const (
+	// MaxAttemptsLimit is the largest max_attempts a job may ask for.
+	MaxAttemptsLimit = 100
+	// MaxJobTimeout is the longest timeout_ms a job may ask for (24 h).
+	MaxJobTimeout  = 24 * time.Hour
+	maxMetaEntries = 32
+	maxMetaBytes   = 256
+)
+
+// Job is a tool call to run. It is the JSON body of a message on
+// <prefix>.jobs.<tool>; its ID is also the message's Nats-Msg-Id, so a
+// retried submit of the same job is enqueued once.
+type Job struct {
+	// ID identifies the job; it becomes a subject token.
+	ID string `json:"id"`
+	// Tool names the tool to run; it must equal the tool of the subject.
+	Tool string `json:"tool"`
+	// Session scopes the job's events: <prefix>.events.<session>.<id>.
+	Session string `json:"session"`
+	// Input is the tool's argument, any JSON value.
+	Input json.RawMessage `json:"input,omitempty"`
+	// Parent is set on a nested call made by a code-mode run.
+	Parent *Parent `json:"parent,omitempty"`
+	// TimeoutMs bounds one attempt; 0 means the tool's default.
+	TimeoutMs int64 `json:"timeout_ms,omitempty"`
+	// MaxAttempts overrides the tool's retry policy (capped by the worker); 0
+	// means the tool's default.
+	MaxAttempts int `json:"max_attempts,omitempty"`
+	// Progress asks for intermediate events (running, progress); terminal
+	// events are always published.
+	Progress bool `json:"progress,omitempty"`
+	// CreatedAt is when the producer made the job.
+	CreatedAt time.Time `json:"created_at"`
+	// Meta is free-form string metadata carried to the events.
+	Meta map[string]string `json:"meta,omitempty"`
+}
+
+// Parent links a nested tool call to the code-mode run that made it.
+type Parent struct {
+	RunID  string `json:"run_id"`
+	CallID string `json:"call_id"`
+}
+
+// Timeout returns the job's timeout, or def when the job sets none.
+func (j *Job) Timeout(def time.Duration) time.Duration {
+	if j.TimeoutMs > 0 {
+		return time.Duration(j.TimeoutMs) * time.Millisecond
+	}
+	return def
+}
+
+// Validate checks every field that comes from outside. Its errors are
+// *Error with code invalid_input.
+func (j *Job) Validate() error {
+	if err := ValidateID("job id", j.ID); err != nil {
+		return err
+	}
+	if err := ValidateTool(j.Tool); err != nil {
+		return err
+	}
+	if err := ValidateID("session", j.Session); err != nil {
+		return err
+	}
+	if j.Parent != nil {
+		if err := ValidateID("parent.run_id", j.Parent.RunID); err != nil {
+			return err
+		}
+		if err := ValidateID("parent.call_id", j.Parent.CallID); err != nil {
+			return err
+		}
+	}
+	if j.TimeoutMs < 0 || j.TimeoutMs > MaxJobTimeout.Milliseconds() {
+		return Errorf(CodeInvalidInput, "timeout_ms %d out of range [0, %d]", j.TimeoutMs, MaxJobTimeout.Milliseconds())
+	}
+	if j.MaxAttempts < 0 || j.MaxAttempts > MaxAttemptsLimit {
+		return Errorf(CodeInvalidInput, "max_attempts %d out of range [0, %d]", j.MaxAttempts, MaxAttemptsLimit)
+	}
+	if len(j.Meta) > maxMetaEntries {
+		return Errorf(CodeInvalidInput, "meta has %d entries, at most %d allowed", len(j.Meta), maxMetaEntries)
+	}
+	for k, v := range j.Meta {
+		if k == "" || len(k) > maxMetaBytes || len(v) > maxMetaBytes {
+			return Errorf(CodeInvalidInput, "meta entries need a key of 1-%d bytes and a value of at most %d bytes", maxMetaBytes, maxMetaBytes)
+		}
+	}
+	return nil
+}
+
+// DecodeJob parses and validates a job message body. Every failure is an
+// *Error with code invalid_input; it never panics.
+func DecodeJob(data []byte) (*Job, error) {
+	var j Job
+	if err := decodeObject(data, &j); err != nil {
+		return nil, Errorf(CodeInvalidInput, "malformed job: %v", err)
+	}
+	if err := j.Validate(); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// decodeObject decodes one JSON object and nothing after it.
+func decodeObject(data []byte, v any) error {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '{' {
+		return errNotObject
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errTrailing
+	}
+	return nil
+}
+
+type decodeError string
+
+func (e decodeError) Error() string { return string(e) }
+
+const (
+	errNotObject = decodeError("not a JSON object")
+	errTrailing  = decodeError("trailing data after the JSON object")
+)

@@ -1,0 +1,96 @@
+package producer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/contracts"
+)
+
+type waiter struct {
+	ch   chan *contracts.Event
+	opts *AwaitOpts
+}
+
+// follower demultiplexes one session's events to the waiters of its jobs.
+type follower struct {
+	cc jetstream.ConsumeContext
+
+	mu      sync.Mutex
+	waiters map[string][]*waiter
+}
+
+// follow returns the session's follower, starting it if needed. Once it
+// returns, every event stored later reaches the follower.
+func (p *Producer) follow(ctx context.Context, session string) (*follower, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	if f, ok := p.followers[session]; ok {
+		return f, nil
+	}
+	ctx, cancel := p.withTimeout(ctx)
+	defer cancel()
+	cons, err := p.js.OrderedConsumer(ctx, p.cfg.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{p.cfg.Subjects.SessionEvents(session)},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("producer: follow session %s: %w", session, err)
+	}
+	f := &follower{waiters: map[string][]*waiter{}}
+	f.cc, err = cons.Consume(func(m jetstream.Msg) { f.dispatch(m.Data()) },
+		jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return nil, fmt.Errorf("producer: follow session %s: %w", session, err)
+	}
+	p.followers[session] = f
+	return f, nil
+}
+
+func (f *follower) dispatch(data []byte) {
+	ev, err := contracts.DecodeEvent(data)
+	if err != nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, w := range f.waiters[ev.Data.JobID] {
+		if w.opts.match(ev.Data.Status) {
+			select {
+			case w.ch <- ev:
+			default:
+			}
+		}
+	}
+}
+
+func (f *follower) add(jobID string, w *waiter) {
+	f.mu.Lock()
+	f.waiters[jobID] = append(f.waiters[jobID], w)
+	f.mu.Unlock()
+}
+
+func (f *follower) remove(jobID string, w *waiter) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ws := f.waiters[jobID]
+	for i, x := range ws {
+		if x == w {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(f.waiters, jobID)
+	} else {
+		f.waiters[jobID] = ws
+	}
+}
+
+func (f *follower) stop() { f.cc.Stop() }

@@ -1,0 +1,194 @@
+package worker
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolq/toolq/contracts"
+)
+
+// Config configures a Worker. The zero value is usable.
+type Config struct {
+	// Name identifies this worker in events and logs; hostname-based by default.
+	Name string
+	// Subjects names the streams and subjects; prefix "toolq" by default.
+	Subjects contracts.Subjects
+	// Replicas and Storage of the streams the worker creates or updates.
+	Replicas int
+	Storage  jetstream.StorageType
+	// EventsMaxAge is how long events (results) are kept; 24 h by default.
+	EventsMaxAge time.Duration
+	// StopTimeout is how long Stop lets in-flight jobs finish before it
+	// cancels them (when its context has no earlier deadline); 30 s by default.
+	StopTimeout time.Duration
+	// MaxResultBytes caps a handler's result; a larger one fails the job with
+	// output_limit_exceeded. 512 KiB by default.
+	MaxResultBytes int
+	// Tool is the default configuration of every registered tool.
+	Tool ToolConfig
+	// DisableBuiltins leaves out the diagnostic tools noop and sleep.
+	DisableBuiltins bool
+	// Logger receives structured logs; slog.Default() when nil.
+	Logger *slog.Logger
+}
+
+// ToolConfig configures how one tool's jobs are run.
+type ToolConfig struct {
+	// Concurrency is the number of jobs of this tool run at once by this
+	// worker; 16 by default.
+	Concurrency int
+	// Timeout bounds one attempt when the job sets none; 5 min by default.
+	Timeout time.Duration
+	// AckWait is how long JetStream waits for an ack or a heartbeat before it
+	// redelivers; 30 s by default. Running jobs send InProgress every AckWait/3.
+	AckWait time.Duration
+	// MaxAckPending bounds the unacknowledged jobs of this tool across every
+	// worker; 4096 by default.
+	MaxAckPending int
+	// Retry is the retry policy.
+	Retry RetryPolicy
+}
+
+// RetryPolicy is exponential backoff with jitter for retryable failures.
+type RetryPolicy struct {
+	// MaxAttempts is the most attempts a job gets (a job may ask for fewer,
+	// never more); 5 by default.
+	MaxAttempts int
+	// InitialInterval is the delay before the second attempt; 1 s by default.
+	InitialInterval time.Duration
+	// MaxInterval caps any delay; 5 min by default.
+	MaxInterval time.Duration
+	// Multiplier grows the delay per attempt; 2 by default.
+	Multiplier float64
+	// RandomizationFactor spreads each delay over ±factor; 0.5 by default,
+	// negative for none.
+	RandomizationFactor float64
+}
+
+// Delay returns the wait before attempt+1 after attempt (1-based) failed.
+func (p RetryPolicy) Delay(attempt int) time.Duration {
+	rf := p.RandomizationFactor
+	if rf < 0 {
+		rf = 0
+	}
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     p.InitialInterval,
+		RandomizationFactor: rf,
+		Multiplier:          p.Multiplier,
+		MaxInterval:         p.MaxInterval,
+		Stop:                backoff.Stop,
+		Clock:               backoff.SystemClock,
+	}
+	b.Reset()
+	d := b.NextBackOff()
+	for i := 1; i < attempt; i++ {
+		d = b.NextBackOff()
+	}
+	return d
+}
+
+func (p RetryPolicy) withDefaults(def RetryPolicy) (RetryPolicy, error) {
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = def.MaxAttempts
+	}
+	if p.InitialInterval == 0 {
+		p.InitialInterval = def.InitialInterval
+	}
+	if p.MaxInterval == 0 {
+		p.MaxInterval = def.MaxInterval
+	}
+	if p.Multiplier == 0 {
+		p.Multiplier = def.Multiplier
+	}
+	if p.RandomizationFactor == 0 {
+		p.RandomizationFactor = def.RandomizationFactor
+	}
+	switch {
+	case p.MaxAttempts < 1 || p.MaxAttempts > contracts.MaxAttemptsLimit:
+		return p, fmt.Errorf("worker: retry max attempts %d out of range [1, %d]", p.MaxAttempts, contracts.MaxAttemptsLimit)
+	case p.InitialInterval < 0 || p.MaxInterval < p.InitialInterval:
+		return p, fmt.Errorf("worker: retry intervals %s..%s invalid", p.InitialInterval, p.MaxInterval)
+	case p.Multiplier < 1:
+		return p, fmt.Errorf("worker: retry multiplier %v below 1", p.Multiplier)
+	case p.RandomizationFactor > 1:
+		return p, fmt.Errorf("worker: retry randomization %v above 1", p.RandomizationFactor)
+	}
+	return p, nil
+}
+
+var defaultTool = ToolConfig{
+	Concurrency:   16,
+	Timeout:       5 * time.Minute,
+	AckWait:       30 * time.Second,
+	MaxAckPending: 4096,
+	Retry: RetryPolicy{
+		MaxAttempts:         5,
+		InitialInterval:     time.Second,
+		MaxInterval:         5 * time.Minute,
+		Multiplier:          2,
+		RandomizationFactor: 0.5,
+	},
+}
+
+func (c ToolConfig) withDefaults(def ToolConfig) (ToolConfig, error) {
+	if c.Concurrency == 0 {
+		c.Concurrency = def.Concurrency
+	}
+	if c.Timeout == 0 {
+		c.Timeout = def.Timeout
+	}
+	if c.AckWait == 0 {
+		c.AckWait = def.AckWait
+	}
+	if c.MaxAckPending == 0 {
+		c.MaxAckPending = def.MaxAckPending
+	}
+	var err error
+	if c.Retry, err = c.Retry.withDefaults(def.Retry); err != nil {
+		return c, err
+	}
+	switch {
+	case c.Concurrency < 1 || c.Concurrency > 10000:
+		return c, fmt.Errorf("worker: concurrency %d out of range [1, 10000]", c.Concurrency)
+	case c.Timeout < 0:
+		return c, fmt.Errorf("worker: negative timeout")
+	case c.AckWait < 100*time.Millisecond:
+		return c, fmt.Errorf("worker: ack wait %s below 100ms", c.AckWait)
+	case c.MaxAckPending < c.Concurrency:
+		return c, fmt.Errorf("worker: max ack pending %d below concurrency %d", c.MaxAckPending, c.Concurrency)
+	}
+	return c, nil
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Name == "" {
+		host, _ := os.Hostname()
+		if host == "" {
+			host = "worker"
+		}
+		c.Name = host + "-" + nuid.Next()[:8]
+	}
+	if c.StopTimeout == 0 {
+		c.StopTimeout = 30 * time.Second
+	}
+	if c.MaxResultBytes == 0 {
+		c.MaxResultBytes = 512 << 10
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	var err error
+	if c.Tool, err = c.Tool.withDefaults(defaultTool); err != nil {
+		return c, err
+	}
+	if c.StopTimeout < 0 || c.MaxResultBytes < 0 {
+		return c, fmt.Errorf("worker: negative stop timeout or result cap")
+	}
+	return c, nil
+}

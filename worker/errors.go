@@ -1,0 +1,40 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors returned by the worker's own methods.
+var (
+	// ErrStarted is returned by Register after Start and by a second Start.
+	ErrStarted = errors.New("worker: already started")
+	// ErrDuplicateTool is returned when a tool is registered twice.
+	ErrDuplicateTool = errors.New("worker: tool already registered")
+)
+
+// PermanentError marks a handler's failure as not worth retrying: the job
+// fails at once with a failed event.
+type PermanentError struct{ Err error }
+
+// Permanent wraps err so that the job fails without another attempt.
+func Permanent(err error) error { return &PermanentError{Err: err} }
+
+func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// RetryAfterError asks for another attempt after a given delay (counting
+// against the job's attempts), overriding the retry policy's delay.
+type RetryAfterError struct {
+	Delay time.Duration
+	Err   error
+}
+
+// RetryAfter wraps err so that the job is retried after d.
+func RetryAfter(d time.Duration, err error) error { return &RetryAfterError{Delay: d, Err: err} }
+
+func (e *RetryAfterError) Error() string {
+	return fmt.Sprintf("retry after %s: %v", e.Delay, e.Err)
+}
+func (e *RetryAfterError) Unwrap() error { return e.Err }
