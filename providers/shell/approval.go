@@ -1,0 +1,337 @@
+package shell
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/toolq/toolq/contracts"
+)
+
+// Plan is exactly what runs: the bus layer builds it once (NewPlan) and an
+// approval binds it by hash, so an approved command runs as approved.
+type Plan struct {
+	// Command is the job's text, for people.
+	Command string `json:"command"`
+	// Script is the shell text that runs (Decision.Script).
+	Script string `json:"script"`
+	// Shell is the absolute path of the shell that runs Script with -c.
+	Shell string `json:"shell"`
+	// Argv is the resolved argv of each simple command, for people and the
+	// approval hash.
+	Argv [][]string `json:"argv,omitempty"`
+	// Workdir is absolute; empty means a private scratch directory.
+	Workdir string `json:"workdir,omitempty"`
+	// Env are the job's overrides (already checked).
+	Env map[string]string `json:"env,omitempty"`
+	// Path is the fixed PATH.
+	Path []string `json:"path"`
+	// Host is sandbox or worker.
+	Host Host `json:"host"`
+	// TimeoutMs bounds the run.
+	TimeoutMs int64 `json:"timeoutMs"`
+}
+
+// NewPlan builds the plan of an allowed or approvable decision. It fails
+// with runtime_unavailable when the policy's shell is missing and with
+// denied when d is a Deny.
+func NewPlan(p Policy, in *Input, d *Decision) (*Plan, error) {
+	if d.Outcome == Deny {
+		return nil, contracts.Errorf(contracts.CodeDenied, "%s", d.Reason)
+	}
+	sh, ok := p.ResolveShell()
+	if !ok {
+		return nil, contracts.Errorf(contracts.CodeRuntimeUnavailable, "shell %q is not found on the fixed PATH", p.Shell)
+	}
+	host := in.Host
+	if host == "" {
+		host = HostSandbox
+	}
+	var env map[string]string
+	if len(in.Env) > 0 {
+		env = make(map[string]string, len(in.Env))
+		for k, v := range in.Env {
+			env[k] = v
+		}
+	}
+	argv := make([][]string, len(d.Argv))
+	for i, a := range d.Argv {
+		argv[i] = slices.Clone(a)
+	}
+	return &Plan{
+		Command:   in.Command,
+		Script:    d.Script,
+		Shell:     sh,
+		Argv:      argv,
+		Workdir:   d.Workdir,
+		Env:       env,
+		Path:      slices.Clone(p.path()),
+		Host:      host,
+		TimeoutMs: in.TimeoutDuration().Milliseconds(),
+	}, nil
+}
+
+// Hash is the canonical hash of the plan: hex SHA-256 over a length-prefixed
+// encoding of every field, env sorted by name. Two plans hash alike only when
+// they would run the same thing in the same place with the same env.
+func (pl *Plan) Hash() string {
+	h := sha256.New()
+	var buf [binary.MaxVarintLen64]byte
+	put := func(s string) {
+		n := binary.PutUvarint(buf[:], uint64(len(s)))
+		h.Write(buf[:n])
+		h.Write([]byte(s))
+	}
+	putN := func(n int) { put(strconv.Itoa(n)) }
+	put("toolq.exec.plan.v1")
+	put(pl.Command)
+	put(pl.Script)
+	put(pl.Shell)
+	putN(len(pl.Argv))
+	for _, a := range pl.Argv {
+		putN(len(a))
+		for _, s := range a {
+			put(s)
+		}
+	}
+	put(pl.Workdir)
+	keys := make([]string, 0, len(pl.Env))
+	for k := range pl.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	putN(len(keys))
+	for _, k := range keys {
+		put(k)
+		put(pl.Env[k])
+	}
+	putN(len(pl.Path))
+	for _, d := range pl.Path {
+		put(d)
+	}
+	put(string(pl.Host))
+	put(strconv.FormatInt(pl.TimeoutMs, 10))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Approval is the record of a command waiting for a person (the value in
+// the toolq_approvals bucket, keyed by ID).
+type Approval struct {
+	// ID is a subject-safe id ([A-Za-z0-9_-]{1,128}).
+	ID string `json:"id"`
+	// Session and JobID link the approval to its job's events.
+	Session string `json:"session,omitempty"`
+	JobID   string `json:"jobId,omitempty"`
+	// Plan is what runs when approved.
+	Plan Plan `json:"plan"`
+	// Reason, Misses and Unlisted come from the Decision; Unlisted is what
+	// an "always" approval adds to the allowlist.
+	Reason   string   `json:"reason,omitempty"`
+	Misses   []string `json:"misses,omitempty"`
+	Unlisted []string `json:"unlisted,omitempty"`
+	// CreatedAt and ExpiresAt bound the approval's life.
+	CreatedAt time.Time `json:"createdAt"`
+	ExpiresAt time.Time `json:"expiresAt"`
+	// Hash is Plan.Hash() at creation.
+	Hash string `json:"hash"`
+}
+
+// NewApproval makes the record for a NeedsApproval decision.
+func NewApproval(id string, plan *Plan, d *Decision, now time.Time, ttl time.Duration) (*Approval, error) {
+	if err := contracts.ValidateID("approval id", id); err != nil {
+		return nil, err
+	}
+	if d.Outcome != NeedsApproval {
+		return nil, fmt.Errorf("shell: approval for a %q decision", d.Outcome)
+	}
+	if ttl <= 0 {
+		return nil, fmt.Errorf("shell: approval ttl must be positive")
+	}
+	now = now.UTC()
+	return &Approval{
+		ID:        id,
+		Plan:      *plan,
+		Reason:    d.Reason,
+		Misses:    slices.Clone(d.Misses),
+		Unlisted:  slices.Clone(d.Unlisted),
+		CreatedAt: now,
+		ExpiresAt: now.Add(ttl),
+		Hash:      plan.Hash(),
+	}, nil
+}
+
+// Verdict is a person's answer.
+type Verdict string
+
+// Verdicts.
+const (
+	Approve Verdict = "approve"
+	Reject  Verdict = "deny"
+)
+
+// MaxReasonBytes bounds a decision's reason.
+const MaxReasonBytes = 1024
+
+// ApprovalDecision is a person's signed answer to one approval. It binds
+// the approval id and the plan hash, so it cannot be replayed for another
+// approval or another command.
+type ApprovalDecision struct {
+	ApprovalID string  `json:"approvalId"`
+	Hash       string  `json:"hash"`
+	Verdict    Verdict `json:"verdict"`
+	// Always (approve only) asks to add the approval's unlisted binaries to
+	// the allowlist.
+	Always bool   `json:"always,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Approver is the nkey public key (user "U…" or account "A…").
+	Approver string    `json:"approver"`
+	IssuedAt time.Time `json:"issuedAt"`
+	// Nonce makes every decision unique; the bus layer may remember nonces.
+	Nonce string `json:"nonce"`
+	// Signature is the ed25519 signature of SigningPayload, base64url
+	// without padding.
+	Signature string `json:"signature"`
+}
+
+// SigningPayload is the canonical byte string the signature covers.
+func (d *ApprovalDecision) SigningPayload() []byte {
+	var out []byte
+	var buf [binary.MaxVarintLen64]byte
+	put := func(s string) {
+		n := binary.PutUvarint(buf[:], uint64(len(s)))
+		out = append(out, buf[:n]...)
+		out = append(out, s...)
+	}
+	put("toolq.exec.decision.v1")
+	put(d.ApprovalID)
+	put(d.Hash)
+	put(string(d.Verdict))
+	put(strconv.FormatBool(d.Always))
+	put(d.Reason)
+	put(d.Approver)
+	put(strconv.FormatInt(d.IssuedAt.UnixNano(), 10))
+	put(d.Nonce)
+	return out
+}
+
+// NewDecision prepares an unsigned decision for approval a.
+func NewDecision(a *Approval, v Verdict, always bool, reason string, now time.Time) ApprovalDecision {
+	return ApprovalDecision{
+		ApprovalID: a.ID, Hash: a.Hash, Verdict: v, Always: always, Reason: reason,
+		IssuedAt: now.UTC(),
+	}
+}
+
+// SignDecision signs d with an nkey seed (user or account). It sets Approver
+// to the seed's public key and a random Nonce when d has none.
+func SignDecision(d ApprovalDecision, seed []byte) (ApprovalDecision, error) {
+	kp, err := nkeys.FromSeed(seed)
+	if err != nil {
+		return d, fmt.Errorf("shell: approver seed: %w", err)
+	}
+	defer kp.Wipe()
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return d, fmt.Errorf("shell: approver seed: %w", err)
+	}
+	if !approverKey(pub) {
+		return d, fmt.Errorf("shell: approver seed must be a user or account nkey")
+	}
+	d.Approver = pub
+	if d.Nonce == "" {
+		var b [16]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return d, fmt.Errorf("shell: nonce: %w", err)
+		}
+		d.Nonce = base64.RawURLEncoding.EncodeToString(b[:])
+	}
+	if err := d.checkShape(); err != nil {
+		return d, err
+	}
+	sig, err := kp.Sign(d.SigningPayload())
+	if err != nil {
+		return d, fmt.Errorf("shell: sign decision: %w", err)
+	}
+	d.Signature = base64.RawURLEncoding.EncodeToString(sig)
+	return d, nil
+}
+
+func approverKey(pub string) bool {
+	return nkeys.IsValidPublicUserKey(pub) || nkeys.IsValidPublicAccountKey(pub)
+}
+
+func (d *ApprovalDecision) checkShape() error {
+	switch {
+	case !contracts.ValidID(d.ApprovalID):
+		return fmt.Errorf("%w: approval id", ErrMalformedDecision)
+	case d.Verdict != Approve && d.Verdict != Reject:
+		return fmt.Errorf("%w: verdict %q", ErrMalformedDecision, clip(string(d.Verdict)))
+	case d.Always && d.Verdict != Approve:
+		return fmt.Errorf("%w: always is only for approve", ErrMalformedDecision)
+	case len(d.Reason) > MaxReasonBytes:
+		return fmt.Errorf("%w: reason longer than %d bytes", ErrMalformedDecision, MaxReasonBytes)
+	case d.Nonce == "" || len(d.Nonce) > 128:
+		return fmt.Errorf("%w: nonce", ErrMalformedDecision)
+	case d.IssuedAt.IsZero():
+		return fmt.Errorf("%w: issuedAt", ErrMalformedDecision)
+	}
+	return nil
+}
+
+// ClockSkew is how far a decision's IssuedAt may lie before the approval's
+// creation or after now.
+const ClockSkew = 2 * time.Minute
+
+// VerifyDecision checks that d is a valid, signed answer to approval a from
+// one of the trusted approver public keys, at time now. It is pure: "decide
+// once" is the bus layer's CAS on the approval record.
+func VerifyDecision(d *ApprovalDecision, a *Approval, trusted []string, now time.Time) error {
+	if d == nil || a == nil {
+		return ErrUnsigned
+	}
+	if d.Signature == "" || d.Approver == "" {
+		return ErrUnsigned
+	}
+	if !slices.Contains(trusted, d.Approver) || !approverKey(d.Approver) {
+		return ErrUnknownApprover
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(d.Signature)
+	if err != nil {
+		return fmt.Errorf("%w: signature encoding", ErrBadSignature)
+	}
+	kp, err := nkeys.FromPublicKey(d.Approver)
+	if err != nil {
+		return ErrUnknownApprover
+	}
+	if err := kp.Verify(d.SigningPayload(), sig); err != nil {
+		return ErrBadSignature
+	}
+	if err := d.checkShape(); err != nil {
+		return err
+	}
+	if d.ApprovalID != a.ID {
+		return fmt.Errorf("%w: decision for approval %q", ErrWrongApproval, clip(d.ApprovalID))
+	}
+	if d.Hash != a.Hash {
+		return fmt.Errorf("%w: decision for another command (hash)", ErrWrongApproval)
+	}
+	if a.Plan.Hash() != a.Hash {
+		return ErrTamperedApproval
+	}
+	if !now.Before(a.ExpiresAt) {
+		return ErrExpired
+	}
+	if d.IssuedAt.Before(a.CreatedAt.Add(-ClockSkew)) || d.IssuedAt.After(a.ExpiresAt) || d.IssuedAt.After(now.Add(ClockSkew)) {
+		return fmt.Errorf("%w: decision issued outside the approval's life", ErrExpired)
+	}
+	return nil
+}

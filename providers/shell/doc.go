@@ -1,0 +1,56 @@
+// Package shell is the core of toolq's approval-gated exec tool (seed 003):
+// the job's input, the security policy, approval records with signed
+// decisions, and the runner. It imports no bus code; the worker wires these
+// pure pieces to JetStream (approval_pending events, the toolq_approvals
+// bucket, the approve and deny commands).
+//
+// # Input
+//
+// DecodeInput decodes an exec job's input strictly and applies the seed's
+// defaults (host sandbox, timeout 1800 s, yieldMs 10000). Bad input is a
+// *contracts.Error with code invalid_input.
+//
+// # Policy
+//
+// A Policy comes from worker config. Effective combines it with a job, which
+// can only make it stricter. Evaluate parses the command with
+// mvdan.cc/sh/v3/syntax (bash dialect) and returns a Decision: Allow,
+// NeedsApproval (with the reason, the resolved argv and the binaries an
+// "always" approval would allowlist), or Deny (with the reason). A refusal is
+// never an error.
+//
+// In allowlist mode every pipeline segment, across ;, && and ||, must
+// resolve through the fixed PATH to an allowlisted absolute path, or to a
+// safe bin used stdin-only; every word must be a fixed string. Redirections
+// and other shell constructs are misses. Command and process substitution,
+// subshells, eval-like builtins, here-documents, expansions or globs in
+// command position, and PATH, LD_* or DYLD_* assignments are refused
+// outright unless the policy allows them, and then they still need a
+// person. Wrappers (env, sh -c, xargs, nice, timeout, sudo, …) never pass on
+// their own. An allowed command runs as a script rebuilt from its resolved
+// argv, so what runs is what was checked.
+//
+// Environment overrides of PATH (any case), LD_*, DYLD_* and other
+// loader or shell-startup variables are refused on every host and in every
+// mode, full included.
+//
+// # Approvals
+//
+// NewPlan fixes what will run; NewApproval binds it by Plan.Hash with a
+// lifetime. A person answers with an ApprovalDecision signed by an nkey
+// (SignDecision); VerifyDecision accepts it only when it is signed by a
+// trusted approver key, names this approval and this exact plan hash, and
+// the approval has not expired. Deciding once (CAS) is the bus layer's job.
+//
+// # Runner
+//
+// Runner.Run runs a Plan in its own session and process group and kills the
+// whole group on timeout, cancellation, or when the shell exits. Output is
+// capped per stream and flagged when cut. host=sandbox runs under
+// bubblewrap with its own user, PID, IPC, UTS and network namespaces, no
+// capabilities, a read-only system, a private /tmp and the workdir as the
+// only writable host path; without a working bwrap it fails closed with
+// runtime_unavailable. host=worker runs on the worker itself, only when
+// both the policy and the runner allow it. The command never inherits the
+// worker's environment.
+package shell

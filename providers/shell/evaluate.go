@@ -1,0 +1,600 @@
+package shell
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"mvdan.cc/sh/v3/syntax"
+)
+
+// Outcome is what the policy says about a command.
+type Outcome string
+
+// Outcomes, from most to least permissive.
+const (
+	// Allow: run it now.
+	Allow Outcome = "allow"
+	// NeedsApproval: park the job as approval_pending until a person decides.
+	NeedsApproval Outcome = "approval_required"
+	// Deny: refuse it (a denied event with Reason, not an error).
+	Deny Outcome = "deny"
+)
+
+// Decision is the result of Evaluate. It is data: the bus layer turns Deny
+// into a denied event, NeedsApproval into an Approval record, and Allow into
+// a Plan.
+type Decision struct {
+	Outcome Outcome `json:"outcome"`
+	// Reason explains a Deny or NeedsApproval in one line.
+	Reason string `json:"reason,omitempty"`
+	// Misses lists every allowlist miss (a person approving sees them all).
+	Misses []string `json:"misses,omitempty"`
+	// Argv holds the resolved argv of every simple command that resolved,
+	// in source order; the first word is an absolute path.
+	Argv [][]string `json:"argv,omitempty"`
+	// Binaries are the resolved absolute paths of the commands.
+	Binaries []string `json:"binaries,omitempty"`
+	// Unlisted are resolved binaries that were neither allowlisted nor
+	// accepted as safe bins: what an "approve --always" would add.
+	Unlisted []string `json:"unlisted,omitempty"`
+	// Script is the shell text to run. When every command resolved to a
+	// literal argv it is rebuilt from Argv (absolute paths, single-quoted
+	// words), so what runs is exactly what was checked; otherwise it is the
+	// command as given.
+	Script string `json:"script,omitempty"`
+	// Workdir is the resolved workdir; empty means a private scratch
+	// directory.
+	Workdir string `json:"workdir,omitempty"`
+	// Security and Ask are the effective modes the decision was made under.
+	Security Security `json:"security"`
+	Ask      Ask      `json:"ask"`
+}
+
+// Evaluate decides what to do with a job's command under policy p (which
+// should come from Effective). It never returns an error: a refusal is a
+// Deny decision with a reason.
+func Evaluate(p Policy, in *Input) Decision {
+	if p.Security == "" {
+		p.Security = DefaultSecurity(in.Host)
+	}
+	if p.Ask == "" {
+		p.Ask = AskOnMiss
+	}
+	d := Decision{Security: p.Security, Ask: p.Ask}
+	deny := func(format string, args ...any) Decision {
+		d.Outcome, d.Reason = Deny, fmt.Sprintf(format, args...)
+		d.Script = ""
+		return d
+	}
+	if securityRank(p.Security) < 0 || askRank(p.Ask) < 0 {
+		return deny("invalid policy (security %q, ask %q)", p.Security, p.Ask)
+	}
+	if in == nil || strings.TrimSpace(in.Command) == "" {
+		return deny("empty command")
+	}
+	host := in.Host
+	if host == "" {
+		host = HostSandbox
+	}
+	switch host {
+	case HostSandbox:
+	case HostWorker:
+		if !p.AllowWorkerHost {
+			return deny("host=worker is not allowed by this worker's policy")
+		}
+	default:
+		return deny("unknown host %q", clip(string(host)))
+	}
+	if in.Elevated {
+		return deny("elevated mode is not available")
+	}
+	keys := make([]string, 0, len(in.Env))
+	for k := range in.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !validEnvName(k) {
+			return deny("env name %q is not valid", clip(k))
+		}
+		if r := EnvRefusal(k); r != "" {
+			return deny("%s", r)
+		}
+	}
+	wd, why := p.resolveWorkdir(in.Workdir)
+	if why != "" {
+		return deny("%s", why)
+	}
+	d.Workdir = wd
+
+	if p.Security == SecurityDeny {
+		return deny("security=deny refuses every command")
+	}
+
+	file, perr := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(in.Command), "")
+	if p.Security == SecurityFull {
+		d.Script = in.Command
+		if perr == nil {
+			a := newAnalysis(&p)
+			a.file(file)
+			d.Argv, d.Binaries = a.argv, a.bins
+		}
+		if p.Ask == AskAlways {
+			d.Outcome, d.Reason = NeedsApproval, "ask=always"
+			return d
+		}
+		d.Outcome = Allow
+		return d
+	}
+
+	// Allowlist mode.
+	if perr != nil {
+		return deny("command does not parse: %v", perr)
+	}
+	a := newAnalysis(&p)
+	script := a.file(file)
+	d.Argv, d.Binaries, d.Unlisted, d.Misses = a.argv, a.bins, a.unlisted, a.misses
+	if len(a.refusals) > 0 {
+		d.Argv, d.Binaries, d.Unlisted = nil, nil, nil
+		return deny("%s", strings.Join(a.refusals, "; "))
+	}
+	if a.canonical {
+		d.Script = script
+	} else {
+		d.Script = in.Command
+	}
+	switch {
+	case len(a.misses) > 0 && p.Ask == AskOff:
+		return deny("allowlist miss: %s", strings.Join(a.misses, "; "))
+	case len(a.misses) > 0:
+		d.Outcome, d.Reason = NeedsApproval, "allowlist miss: "+strings.Join(a.misses, "; ")
+	case p.Ask == AskAlways:
+		d.Outcome, d.Reason = NeedsApproval, "ask=always"
+	default:
+		d.Outcome = Allow
+	}
+	return d
+}
+
+// evalBuiltins run text or files as shell code, or change how names
+// resolve; they are refused in allowlist mode unless AllowEvalBuiltins.
+var evalBuiltins = map[string]bool{
+	"eval": true, "source": true, ".": true, "exec": true, "command": true, "builtin": true,
+	"trap": true, "enable": true, "hash": true, "fc": true, "alias": true, "unalias": true,
+	"let": true, "mapfile": true, "readarray": true, "coproc": true,
+}
+
+// wrappers run another command given in their arguments; they never pass on
+// their own: an allowlist entry for one would launder anything.
+var wrappers = map[string]bool{
+	"env": true, "sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "mksh": true,
+	"fish": true, "csh": true, "tcsh": true, "busybox": true, "xargs": true, "nice": true,
+	"nohup": true, "timeout": true, "sudo": true, "doas": true, "su": true, "runuser": true,
+	"setsid": true, "stdbuf": true, "chroot": true, "unshare": true, "nsenter": true,
+	"flock": true, "ionice": true, "taskset": true, "chrt": true, "prlimit": true,
+	"numactl": true, "strace": true, "ltrace": true, "gdb": true, "time": true, "watch": true,
+	"script": true, "parallel": true, "ssh": true, "systemd-run": true, "bwrap": true,
+	"firejail": true, "find": true, "awk": true, "gawk": true, "mawk": true, "nawk": true,
+	"perl": true, "python": true, "python3": true, "ruby": true, "node": true,
+	"php": true, "lua": true, "tclsh": true, "expect": true, "make": true,
+	"faketime": true, "catchsegv": true, "valgrind": true, "pkexec": true, "sg": true,
+	"newgrp": true, "setpriv": true, "capsh": true, "ld.so": true, "tmux": true, "screen": true,
+}
+
+func isWrapper(base string) bool {
+	if wrappers[base] {
+		return true
+	}
+	// Versioned interpreters (python3.12, perl5.36) and loaders (ld-linux-x86-64.so.2).
+	for _, p := range []string{"python", "perl", "ruby", "php", "lua", "node", "ld-linux", "ld.so"} {
+		if strings.HasPrefix(base, p) {
+			return true
+		}
+	}
+	return false
+}
+
+type analysis struct {
+	p         *Policy
+	allow     map[string]bool
+	safe      map[string]string // resolved path → safe-bin name
+	refusals  []string
+	misses    []string
+	argv      [][]string
+	bins      []string
+	unlisted  []string
+	canonical bool
+}
+
+func newAnalysis(p *Policy) *analysis {
+	a := &analysis{p: p, allow: map[string]bool{}, safe: map[string]string{}, canonical: true}
+	for _, e := range p.Allowlist {
+		a.allow[e] = true
+	}
+	for _, s := range p.SafeBins {
+		if filepath.IsAbs(s) {
+			a.safe[s] = filepath.Base(s)
+		} else if r, ok := p.LookPath(s); ok {
+			a.safe[r] = s
+		}
+	}
+	return a
+}
+
+func (a *analysis) refuse(allowed bool, what string) {
+	if allowed {
+		a.noncanonical(what + " (allowed by policy only with approval)")
+		return
+	}
+	r := what + " is refused in allowlist mode"
+	if !slices.Contains(a.refusals, r) {
+		a.refusals = append(a.refusals, r)
+	}
+	a.canonical = false
+}
+
+func (a *analysis) miss(why string) {
+	if !slices.Contains(a.misses, why) {
+		a.misses = append(a.misses, why)
+	}
+}
+
+func (a *analysis) noncanonical(why string) {
+	a.miss(why)
+	a.canonical = false
+}
+
+// file checks the whole tree for refused constructs, then the top-level
+// statements for misses, and returns the canonical script.
+func (a *analysis) file(f *syntax.File) string {
+	syntax.Walk(f, func(n syntax.Node) bool {
+		switch n := n.(type) {
+		case *syntax.CmdSubst:
+			a.refuse(a.p.AllowSubstitution, "command substitution")
+		case *syntax.ProcSubst:
+			a.refuse(a.p.AllowSubstitution, "process substitution")
+		case *syntax.Subshell:
+			a.refuse(a.p.AllowSubshell, "subshell")
+		case *syntax.Redirect:
+			if n.Op == syntax.Hdoc || n.Op == syntax.DashHdoc || n.Op == syntax.WordHdoc {
+				a.refuse(a.p.AllowHeredoc, "here-document")
+			}
+		case *syntax.CoprocClause:
+			a.refuse(a.p.AllowEvalBuiltins, "coproc")
+		case *syntax.LetClause:
+			a.refuse(a.p.AllowEvalBuiltins, "let")
+		case *syntax.DeclClause:
+			for _, as := range n.Args {
+				if as.Name != nil && EnvRefusal(as.Name.Value) != "" {
+					a.refuse(false, fmt.Sprintf("assignment to %s", as.Name.Value))
+				}
+			}
+		case *syntax.CallExpr:
+			for _, as := range n.Assigns {
+				if as.Name != nil && EnvRefusal(as.Name.Value) != "" {
+					a.refuse(false, fmt.Sprintf("inline assignment to %s", as.Name.Value))
+				}
+			}
+			if len(n.Args) > 0 {
+				a.commandName(n.Args[0])
+			}
+		}
+		return true
+	})
+	parts := make([]string, 0, len(f.Stmts))
+	for _, st := range f.Stmts {
+		parts = append(parts, a.stmt(st))
+	}
+	if len(parts) == 0 {
+		a.noncanonical("empty command")
+	}
+	return strings.Join(parts, "; ")
+}
+
+// commandName refuses eval-like builtins and dynamic command names wherever
+// they appear, even inside constructs that are only a miss.
+func (a *analysis) commandName(w *syntax.Word) {
+	name, kind := literal(w)
+	switch kind {
+	case wordLiteral:
+		if evalBuiltins[name] {
+			a.refuse(a.p.AllowEvalBuiltins, fmt.Sprintf("shell builtin %q", name))
+		}
+	case wordExpansion:
+		a.refuse(a.p.AllowDynamicCommand, "expansion in command position")
+	case wordGlob:
+		a.refuse(a.p.AllowDynamicCommand, "glob or brace expansion in command name")
+	default:
+		a.noncanonical("command name is not a plain word")
+	}
+}
+
+func (a *analysis) stmt(st *syntax.Stmt) string {
+	var b strings.Builder
+	if st.Negated {
+		b.WriteString("! ")
+	}
+	if st.Background || st.Coprocess || st.Disown {
+		a.noncanonical("background execution (&)")
+	}
+	for _, r := range st.Redirs {
+		switch r.Op {
+		case syntax.Hdoc, syntax.DashHdoc, syntax.WordHdoc:
+			a.canonical = false // refused by the walk
+		default:
+			a.noncanonical("redirections are not supported in allowlist mode")
+		}
+	}
+	switch c := st.Cmd.(type) {
+	case *syntax.CallExpr:
+		b.WriteString(a.call(c))
+	case *syntax.BinaryCmd:
+		var op string
+		switch c.Op {
+		case syntax.AndStmt:
+			op = " && "
+		case syntax.OrStmt:
+			op = " || "
+		case syntax.Pipe:
+			op = " | "
+		default:
+			a.noncanonical("|& (stderr into a pipe) is a redirection")
+			op = " |& "
+		}
+		x := a.stmt(c.X)
+		y := a.stmt(c.Y)
+		b.WriteString(x + op + y)
+	case nil:
+		a.noncanonical("statement without a command")
+	default:
+		a.noncanonical(fmt.Sprintf("%s is not supported in allowlist mode", constructName(c)))
+	}
+	return b.String()
+}
+
+func constructName(c syntax.Command) string {
+	switch c.(type) {
+	case *syntax.Subshell:
+		return "a subshell"
+	case *syntax.Block:
+		return "a { … } group"
+	case *syntax.IfClause:
+		return "if"
+	case *syntax.WhileClause:
+		return "while/until"
+	case *syntax.ForClause:
+		return "for"
+	case *syntax.CaseClause:
+		return "case"
+	case *syntax.FuncDecl:
+		return "a function definition"
+	case *syntax.ArithmCmd:
+		return "(( … ))"
+	case *syntax.TestClause:
+		return "[[ … ]]"
+	case *syntax.DeclClause:
+		return "a declaration builtin"
+	case *syntax.LetClause:
+		return "let"
+	case *syntax.TimeClause:
+		return "time"
+	case *syntax.CoprocClause:
+		return "coproc"
+	}
+	return fmt.Sprintf("%T", c)
+}
+
+// call resolves one simple command (one pipeline segment) and renders it.
+func (a *analysis) call(c *syntax.CallExpr) string {
+	if len(c.Assigns) > 0 {
+		if len(c.Args) == 0 {
+			a.noncanonical("variable assignment")
+			return ""
+		}
+		a.noncanonical("environment assignment before a command")
+	}
+	name, kind := literal(c.Args[0])
+	if kind != wordLiteral {
+		a.canonical = false
+		a.miss("command name is not a literal word")
+		return ""
+	}
+	var resolved string
+	switch {
+	case name == "":
+		a.noncanonical("empty command name")
+		return ""
+	case strings.Contains(name, "/"):
+		if !cleanAbs(name) {
+			a.noncanonical(fmt.Sprintf("%q is not a clean absolute path (relative paths are not looked up)", clip(name)))
+			return ""
+		}
+		if !executable(name) {
+			a.noncanonical(fmt.Sprintf("%q is not an executable file", clip(name)))
+			return ""
+		}
+		resolved = name
+	default:
+		r, ok := a.p.LookPath(name)
+		if !ok {
+			a.noncanonical(fmt.Sprintf("%q is not found on the fixed PATH (or is a shell builtin)", clip(name)))
+			return ""
+		}
+		resolved = r
+	}
+	argv := []string{resolved}
+	literalArgs := true
+	for _, w := range c.Args[1:] {
+		s, k := literal(w)
+		switch k {
+		case wordLiteral:
+			argv = append(argv, s)
+		case wordGlob:
+			literalArgs = false
+			a.noncanonical(fmt.Sprintf("%s: glob, brace or tilde expansion in arguments", filepath.Base(resolved)))
+		case wordExpansion:
+			literalArgs = false
+			a.noncanonical(fmt.Sprintf("%s: expansion in arguments", filepath.Base(resolved)))
+		default:
+			literalArgs = false
+			a.noncanonical(fmt.Sprintf("%s: argument is not a plain word", filepath.Base(resolved)))
+		}
+	}
+	a.bins = appendUnique(a.bins, resolved)
+	if literalArgs {
+		a.argv = append(a.argv, argv)
+	}
+
+	base := filepath.Base(resolved)
+	realBase := base
+	if rp, err := filepath.EvalSymlinks(resolved); err == nil {
+		realBase = filepath.Base(rp)
+	}
+	switch {
+	case isWrapper(base) || isWrapper(realBase) || evalBuiltins[base]:
+		a.miss(fmt.Sprintf("%s runs another command; its inner command is not checked", resolved))
+	case a.allow[resolved]:
+	case a.safe[resolved] != "":
+		if !literalArgs {
+			a.unlisted = appendUnique(a.unlisted, resolved)
+			break
+		}
+		if why := checkSafeArgs(base, argv[1:]); why != "" {
+			a.miss(fmt.Sprintf("safe bin %s: %s", base, why))
+			a.unlisted = appendUnique(a.unlisted, resolved)
+		}
+	default:
+		a.miss(fmt.Sprintf("%s is not on the allowlist", resolved))
+		a.unlisted = appendUnique(a.unlisted, resolved)
+	}
+	words := make([]string, len(argv))
+	for i, s := range argv {
+		words[i] = quote(s)
+	}
+	return strings.Join(words, " ")
+}
+
+func appendUnique(s []string, v string) []string {
+	if slices.Contains(s, v) {
+		return s
+	}
+	return append(s, v)
+}
+
+// quote renders s as one single-quoted shell word, read the same way by
+// every POSIX shell.
+func quote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+type wordKind int
+
+const (
+	wordLiteral   wordKind = iota // a fixed string
+	wordGlob                      // unquoted *, ?, [..], {..}, ~, extglob
+	wordExpansion                 // $var, $(…), $((…)), <(…), $'…', $"…"
+)
+
+// literal returns the value of w when it is a fixed string, as the shell
+// would see it after quote removal.
+func literal(w *syntax.Word) (string, wordKind) {
+	var b strings.Builder
+	kind := wordLiteral
+	worse := func(k wordKind) {
+		if k > kind {
+			kind = k
+		}
+	}
+	for i, part := range w.Parts {
+		switch p := part.(type) {
+		case *syntax.Lit:
+			s, glob := unquotedLit(p.Value, i == 0)
+			if glob {
+				worse(wordGlob)
+			}
+			b.WriteString(s)
+		case *syntax.SglQuoted:
+			if p.Dollar {
+				worse(wordExpansion)
+			}
+			b.WriteString(p.Value)
+		case *syntax.DblQuoted:
+			if p.Dollar {
+				worse(wordExpansion)
+			}
+			for _, q := range p.Parts {
+				l, ok := q.(*syntax.Lit)
+				if !ok {
+					worse(wordExpansion)
+					continue
+				}
+				b.WriteString(dblQuotedLit(l.Value))
+			}
+		case *syntax.ExtGlob, *syntax.BraceExp:
+			worse(wordGlob)
+		default:
+			worse(wordExpansion)
+		}
+	}
+	return b.String(), kind
+}
+
+// unquotedLit removes backslash quoting and reports unescaped glob, brace
+// or tilde characters.
+func unquotedLit(s string, first bool) (string, bool) {
+	var b strings.Builder
+	glob := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch c {
+		case '\\':
+			if i+1 < len(s) {
+				i++
+				if s[i] != '\n' {
+					b.WriteByte(s[i])
+				}
+			}
+			continue
+		case '*', '?', '{', '}':
+			glob = true
+		case '[':
+			if strings.IndexByte(s[i+1:], ']') >= 0 {
+				glob = true
+			}
+		case '~':
+			if first && i == 0 || i > 0 && (s[i-1] == '=' || s[i-1] == ':') {
+				glob = true
+			}
+		}
+		b.WriteByte(c)
+	}
+	return b.String(), glob
+}
+
+// dblQuotedLit removes the backslashes that quote $ ` " \ and newline inside
+// double quotes.
+func dblQuotedLit(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '\\' && i+1 < len(s) {
+			switch s[i+1] {
+			case '$', '`', '"', '\\':
+				b.WriteByte(s[i+1])
+				i++
+				continue
+			case '\n':
+				i++
+				continue
+			}
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
