@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	}
 	testEngine = e
 	code := m.Run()
+	if other != nil {
+		_ = other.Close(ctx)
+	}
 	if err := e.Close(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		code = 1
