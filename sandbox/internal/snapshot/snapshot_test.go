@@ -1,0 +1,104 @@
+package snapshot
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+var key = []byte("0123456789abcdef0123456789abcdef")
+
+func testCodec(t testing.TB, wasm string) (*Codec, []byte) {
+	t.Helper()
+	image := make([]byte, 2*pageSize)
+	for i := range image {
+		image[i] = byte(i * 7)
+	}
+	c, err := NewCodec(key, sha256.Sum256([]byte(wasm)), sha256.Sum256(image), image, 8*pageSize)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c, image
+}
+
+func sample(image []byte) *Snapshot {
+	mem := make([]byte, 3*pageSize)
+	copy(mem, image)
+	copy(mem[100:], "changed bytes")
+	copy(mem[2*pageSize+5:], "grown page")
+	return &Snapshot{Memory: mem, StackPointer: 1 << 20, RuntimePtr: 1234, ContextPtr: 5678, Host: []byte(`{"runId":"r"}`)}
+}
+
+func TestRoundTrip(t *testing.T) {
+	t.Parallel()
+	c, image := testCodec(t, "wasm")
+	s := sample(image)
+	blob, err := c.Encode(s, 0)
+	require.NoError(t, err)
+	require.Less(t, len(blob), 1024, "the delta against the image compresses to almost nothing")
+	got, err := c.Decode(blob, 0)
+	require.NoError(t, err)
+	require.Equal(t, s, got)
+
+	_, err = c.Encode(s, len(blob)-1)
+	require.ErrorIs(t, err, ErrTooLarge)
+	_, err = c.Decode(blob, len(blob)-1)
+	require.ErrorIs(t, err, ErrTooLarge)
+}
+
+func TestRefused(t *testing.T) {
+	t.Parallel()
+	c, image := testCodec(t, "wasm")
+	blob, err := c.Encode(sample(image), 0)
+	require.NoError(t, err)
+	foreign, _ := testCodec(t, "other wasm")
+	otherKey, err := NewCodec([]byte("another key of at least 32 bytes!!"), c.wasmSHA, c.imageSHA, image, 8*pageSize)
+	require.NoError(t, err)
+	defer otherKey.Close()
+
+	_, err = foreign.Decode(blob, 0)
+	require.ErrorIs(t, err, ErrForeignBuild)
+	_, err = otherKey.Decode(blob, 0)
+	require.ErrorIs(t, err, ErrSignature)
+	for i := 0; i < len(blob); i += 7 {
+		b := bytes.Clone(blob)
+		b[i] ^= 1
+		_, err := c.Decode(b, 0)
+		require.Error(t, err, "flipped byte %d", i)
+	}
+	for _, n := range []int{0, 1, 50, headerSize, headerSize + macSize, len(blob) - 1} {
+		_, err := c.Decode(blob[:n], 0)
+		require.Error(t, err, "truncated to %d", n)
+	}
+}
+
+// FuzzDecode feeds arbitrary bytes to the decoder, and signed blobs with
+// arbitrary headers and payloads (the fuzzer holds the key, as an attacker
+// who stole it would): Decode never panics, and what it accepts is sound.
+func FuzzDecode(f *testing.F) {
+	c, image := testCodec(f, "wasm")
+	blob, err := c.Encode(sample(image), 0)
+	require.NoError(f, err)
+	f.Add(blob, false)
+	f.Add(blob[:headerSize+macSize], true)
+	f.Add([]byte("TQJS\x01"), true)
+	f.Fuzz(func(t *testing.T, b []byte, resign bool) {
+		if resign && len(b) >= headerSize+macSize {
+			b = bytes.Clone(b)
+			copy(b[0:4], magic[:])
+			b[4] = Version
+			copy(b[8:40], c.wasmSHA[:])
+			copy(b[40:72], c.imageSHA[:])
+			mac := hmacSum(b[:len(b)-macSize])
+			copy(b[len(b)-macSize:], mac)
+		}
+		s, err := c.Decode(b, 1<<20)
+		if err != nil {
+			return
+		}
+		require.Len(t, s.Memory, int(leUint32(b[72:])))
+		require.Zero(t, len(s.Memory)%pageSize)
+		require.GreaterOrEqual(t, len(s.Memory), len(image))
+	})
+}
