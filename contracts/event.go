@@ -132,6 +132,20 @@ func (e *Event) Validate() error {
 	if err := ValidateID("event session", e.Data.Session); err != nil {
 		return err
 	}
+	// The tool is empty only on a cancel of a job no earlier event named.
+	if e.Data.Tool != "" {
+		if err := ValidateTool(e.Data.Tool); err != nil {
+			return err
+		}
+	}
+	if p := e.Data.Parent; p != nil {
+		if err := ValidateID("event parent.run_id", p.RunID); err != nil {
+			return err
+		}
+		if err := ValidateID("event parent.call_id", p.CallID); err != nil {
+			return err
+		}
+	}
 	if e.Data.Error != nil && !e.Data.Error.Code.Valid() {
 		return Errorf(CodeInvalidInput, "event error code %q is unknown", e.Data.Error.Code)
 	}

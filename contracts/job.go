@@ -3,6 +3,8 @@ package contracts
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"time"
 )
 
@@ -108,9 +110,12 @@ func DecodeJob(data []byte) (*Job, error) {
 	return &j, nil
 }
 
-// decodeObject decodes one JSON object and nothing after it.
+// decodeObject decodes one JSON object and nothing after it but JSON
+// whitespace.
 func decodeObject(data []byte, v any) error {
-	data = bytes.TrimSpace(data)
+	// Only JSON's own whitespace: bytes.TrimSpace would also drop Unicode
+	// spaces (U+00A0, U+0085, …), which no JSON parser accepts.
+	data = bytes.TrimLeft(data, jsonSpace)
 	if len(data) == 0 || data[0] != '{' {
 		return errNotObject
 	}
@@ -119,11 +124,15 @@ func decodeObject(data []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return err
 	}
-	if dec.More() {
+	// dec.More reports false on a stray '}' or ']', so `{…}}` would pass;
+	// anything but the end of the input is trailing data.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return errTrailing
 	}
 	return nil
 }
+
+const jsonSpace = " \t\r\n"
 
 type decodeError string
 
