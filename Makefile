@@ -1,0 +1,48 @@
+# toolq — run `make help` for the targets.
+SHELL := /bin/bash
+GO ?= go
+PKGS := ./...
+TEST_TIMEOUT ?= 25m
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z0-9_\/-]+:.*##/ { printf "  %-14s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+.PHONY: wasm
+wasm: ## Fetch the pinned, sha256-verified quickjs.wasm (npm quickjs-wasi 3.7.0)
+	@bash scripts/fetch-quickjs.sh
+
+.PHONY: build
+build: wasm ## Build bin/toolq
+	$(GO) build -o bin/toolq ./cmd/toolq
+
+.PHONY: dev
+dev: wasm ## Run toolq dev: embedded NATS + a worker with every tool, and a self-check job
+	$(GO) run ./cmd/toolq dev
+
+.PHONY: test
+test: wasm ## Run the whole test suite with the race detector (what CI runs)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+.PHONY: test/race
+test/race: test ## Same as test
+
+.PHONY: test/fast
+test/fast: wasm ## Run the whole test suite without the race detector
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+.PHONY: bench
+bench: wasm ## Run the Go benchmarks and `toolq bench` (end-to-end figures)
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./... 
+	$(GO) run ./cmd/toolq bench
+
+.PHONY: lint
+lint: ## Run go vet and golangci-lint (when installed)
+	$(GO) vet $(PKGS)
+	@if command -v golangci-lint >/dev/null; then golangci-lint run; else echo "golangci-lint not installed; ran go vet only"; fi
+
+.PHONY: tidy
+tidy: ## Tidy go.mod and go.sum
+	$(GO) mod tidy

@@ -1,0 +1,249 @@
+// Package bench measures toolq end to end on an embedded server: noop jobs
+// submitted by a producer, run by a worker, and their completion events
+// received back by the producer.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/embedded"
+	"github.com/toolq/toolq/producer"
+	"github.com/toolq/toolq/worker"
+)
+
+// Config sizes a run.
+type Config struct {
+	// Jobs is the number of noop jobs of the throughput run.
+	Jobs int
+	// Submitters is the number of goroutines submitting.
+	Submitters int
+	// Concurrency is the worker's noop concurrency.
+	Concurrency int
+	// LatencyJobs is the number of jobs of the latency run, submitted one at
+	// a time every LatencyInterval.
+	LatencyJobs     int
+	LatencyInterval time.Duration
+	// PayloadBytes is the size of each job's input.
+	PayloadBytes int
+	// StoreDir holds the server's data; a temporary directory when empty.
+	StoreDir string
+}
+
+// Defaults returns the configuration `toolq bench` uses.
+func Defaults() Config {
+	return Config{Jobs: 50000, Submitters: 32, Concurrency: 256, LatencyJobs: 2000, LatencyInterval: 2 * time.Millisecond, PayloadBytes: 128}
+}
+
+// Figure is one measured value.
+type Figure struct {
+	Name  string
+	Value float64
+	Unit  string
+}
+
+// String formats the figure as `bench.<name> <value> <unit>`.
+func (f Figure) String() string {
+	return fmt.Sprintf("bench.%s %s %s", f.Name, trim(f.Value), f.Unit)
+}
+
+func trim(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.3f", v)
+	}
+}
+
+// Run starts an embedded server and a worker, runs the throughput and the
+// latency measurements and returns their figures.
+func Run(ctx context.Context, cfg Config) ([]Figure, error) {
+	if cfg.Jobs < 1 || cfg.Submitters < 1 || cfg.Concurrency < 1 || cfg.LatencyJobs < 0 {
+		return nil, errors.New("bench: jobs, submitters and concurrency must be positive")
+	}
+	dir := cfg.StoreDir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "toolq-bench-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	srv, err := embedded.Start(&embedded.Config{StoreDir: dir})
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Stop()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	wnc, err := srv.Connect()
+	if err != nil {
+		return nil, err
+	}
+	defer wnc.Close()
+	w, err := worker.New(wnc, &worker.Config{Name: "bench", Logger: quiet, Tool: worker.ToolConfig{Concurrency: cfg.Concurrency, MaxAckPending: max(4096, cfg.Concurrency)}})
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+	}()
+	pnc, err := srv.Connect()
+	if err != nil {
+		return nil, err
+	}
+	defer pnc.Close()
+	p, err := producer.New(pnc, &producer.Config{Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+
+	payload, _ := json.Marshal(map[string]string{"pad": pad(cfg.PayloadBytes)})
+	var figs []Figure
+	// Warm up: the first jobs pay for consumer and follower creation.
+	if _, err := latency(ctx, p, payload, 50, 0); err != nil {
+		return nil, err
+	}
+	tf, err := throughput(ctx, p, cfg, payload)
+	if err != nil {
+		return nil, err
+	}
+	figs = append(figs, tf...)
+	if cfg.LatencyJobs > 0 {
+		lat, err := latency(ctx, p, payload, cfg.LatencyJobs, cfg.LatencyInterval)
+		if err != nil {
+			return nil, err
+		}
+		slices.Sort(lat)
+		figs = append(figs,
+			Figure{"e2e_latency_p50", ms(pct(lat, 50)), "ms"},
+			Figure{"e2e_latency_p99", ms(pct(lat, 99)), "ms"},
+		)
+	}
+	return figs, nil
+}
+
+func pad(n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = 'x'
+	}
+	return string(b)
+}
+
+// throughput submits cfg.Jobs noop jobs from cfg.Submitters goroutines in a
+// session of their own and counts their completion events as the producer
+// receives them.
+func throughput(ctx context.Context, p *producer.Producer, cfg Config, payload json.RawMessage) ([]Figure, error) {
+	session := "bench-" + fmt.Sprint(time.Now().UnixNano())
+	var done atomic.Int64
+	all := make(chan struct{})
+	var seen sync.Map
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	readErr := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		close(ready)
+		readErr <- p.ReadEvents(rctx, session, &producer.ReadOpts{Follow: true}, func(ev *contracts.Event) error {
+			if ev.Data.Status.Terminal() {
+				if _, dup := seen.LoadOrStore(ev.Data.JobID, true); !dup && done.Add(1) == int64(cfg.Jobs) {
+					close(all)
+					return producer.ErrStop
+				}
+			}
+			return nil
+		})
+	}()
+	<-ready
+	start := time.Now()
+	var g errgroup.Group
+	per := cfg.Jobs / cfg.Submitters
+	for s := range cfg.Submitters {
+		n := per
+		if s == 0 {
+			n += cfg.Jobs % cfg.Submitters
+		}
+		g.Go(func() error {
+			for range n {
+				if _, err := p.Submit(ctx, worker.ToolNoop, payload, &producer.SubmitOpts{Session: session}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	submitted := time.Since(start)
+	select {
+	case <-all:
+	case err := <-readErr:
+		return nil, fmt.Errorf("bench: events: %v", err)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("bench: %d of %d completions received: %w", done.Load(), cfg.Jobs, ctx.Err())
+	}
+	elapsed := time.Since(start)
+	return []Figure{
+		{"e2e_throughput", float64(cfg.Jobs) / elapsed.Seconds(), "jobs/s"},
+		{"submit_rate", float64(cfg.Jobs) / submitted.Seconds(), "jobs/s"},
+	}, nil
+}
+
+// latency submits n jobs one at a time, every interval, and times each from
+// submit to its completion event.
+func latency(ctx context.Context, p *producer.Producer, payload json.RawMessage, n int, interval time.Duration) ([]time.Duration, error) {
+	out := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		job, err := p.Submit(ctx, worker.ToolNoop, payload, nil)
+		if err != nil {
+			return nil, err
+		}
+		ev, err := p.Await(ctx, job.Session, job.ID, nil)
+		if err != nil {
+			return nil, err
+		}
+		if ev.Data.Status != contracts.StatusCompleted {
+			return nil, fmt.Errorf("bench: job %s %s", job.ID, ev.Data.Status)
+		}
+		out = append(out, time.Since(start))
+		if interval > 0 {
+			time.Sleep(interval)
+		}
+	}
+	return out, nil
+}
+
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (len(sorted)*p + 99) / 100
+	return sorted[min(max(i-1, 0), len(sorted)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,0 +1,159 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/producer"
+)
+
+func (g *globals) producer(session string) (*producer.Producer, func(), error) {
+	nc, err := g.connect("toolq client")
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := producer.New(nc, &producer.Config{Subjects: g.subjects(), Session: session, Timeout: g.timeout, Logger: g.log})
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return p, func() { p.Close(); nc.Close() }, nil
+}
+
+func newSubmitCmd(g *globals) *cobra.Command {
+	var (
+		tool, input, session, id string
+		wait, progress           bool
+		timeoutMs                int64
+		attempts                 int
+	)
+	cmd := &cobra.Command{
+		Use:   "submit",
+		Short: "Submit a job; with --wait, print its terminal event",
+		Example: `  toolq submit --tool noop --input '{"a":1}' --wait
+  toolq submit --tool sleep --input @job.json --session agent-7`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			in, err := readInput(input, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			p, closeFn, err := g.producer(session)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
+			defer cancel()
+			job, err := p.Submit(ctx, tool, in, &producer.SubmitOpts{ID: id, TimeoutMs: timeoutMs, MaxAttempts: attempts, Progress: progress})
+			if err != nil {
+				return err
+			}
+			if !wait {
+				if g.jsonOut {
+					return g.printJSON(job)
+				}
+				fmt.Fprintf(g.stdout, "%s\n", job.ID)
+				return nil
+			}
+			ev, err := p.Await(ctx, job.Session, job.ID, nil)
+			if err != nil {
+				return fmt.Errorf("waiting for job %s: %w", job.ID, err)
+			}
+			if err := g.printJSON(ev); err != nil {
+				return err
+			}
+			if ev.Data.Status != contracts.StatusCompleted {
+				return fmt.Errorf("job %s %s", job.ID, ev.Data.Status)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&tool, "tool", "", "tool to run (required)")
+	f.StringVar(&input, "input", "", "input JSON, @file or @- for stdin")
+	f.StringVar(&session, "session", producer.DefaultSession, "session of the job")
+	f.StringVar(&id, "id", "", "job id (default random); resubmitting an id enqueues once")
+	f.BoolVar(&wait, "wait", false, "wait for the terminal event and print it")
+	f.BoolVar(&progress, "progress", false, "ask for intermediate events")
+	f.Int64Var(&timeoutMs, "job-timeout-ms", 0, "timeout of one attempt (default: the tool's)")
+	f.IntVar(&attempts, "max-attempts", 0, "most attempts (default: the tool's)")
+	_ = cmd.MarkFlagRequired("tool")
+	return cmd
+}
+
+func newEventsCmd(g *globals) *cobra.Command {
+	var (
+		session, job string
+		follow       bool
+	)
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "Print a session's events, oldest first; --follow keeps printing new ones",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, closeFn, err := g.producer(session)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			ctx := cmd.Context()
+			if !follow {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, g.timeout)
+				defer cancel()
+			}
+			err = p.ReadEvents(ctx, session, &producer.ReadOpts{Follow: follow, JobID: job}, func(ev *contracts.Event) error {
+				if g.jsonOut {
+					return g.printJSON(ev)
+				}
+				line := fmt.Sprintf("%s  %-16s %s  %s", ev.Time.Format("15:04:05.000"), ev.Data.Status, ev.Data.JobID, ev.Data.Tool)
+				if ev.Data.Error != nil {
+					line += "  " + ev.Data.Error.Error()
+				} else if len(ev.Data.Result) > 0 {
+					r := string(ev.Data.Result)
+					if len(r) > 120 {
+						r = r[:120] + "…"
+					}
+					line += "  " + r
+				}
+				_, err := fmt.Fprintln(g.stdout, line)
+				return err
+			})
+			if follow && ctx.Err() != nil {
+				return nil
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&session, "session", producer.DefaultSession, "session to read")
+	cmd.Flags().StringVar(&job, "job", "", "only this job's events")
+	cmd.Flags().BoolVar(&follow, "follow", false, "keep printing new events until interrupted")
+	return cmd
+}
+
+func newCancelCmd(g *globals) *cobra.Command {
+	var session string
+	cmd := &cobra.Command{
+		Use:   "cancel JOB_ID",
+		Short: "Cancel a queued or running job",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, closeFn, err := g.producer(session)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			if err := p.Cancel(cmd.Context(), session, args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "cancelled %s\n", args[0])
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&session, "session", producer.DefaultSession, "session of the job")
+	return cmd
+}

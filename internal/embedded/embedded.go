@@ -1,0 +1,91 @@
+// Package embedded runs an in-process nats-server with JetStream, the
+// default bus of `toolq dev` and `toolq bench`.
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// Config configures an embedded server.
+type Config struct {
+	// Listen is host:port for clients; empty means in-process connections only.
+	Listen string
+	// StoreDir keeps JetStream data; it survives restarts.
+	StoreDir string
+	// Logs turns on the server's own logging.
+	Logs bool
+}
+
+// Server is a running embedded nats-server.
+type Server struct {
+	*server.Server
+	listening bool
+}
+
+// Start starts the server and waits until it accepts connections.
+func Start(cfg *Config) (*Server, error) {
+	if cfg == nil || cfg.StoreDir == "" {
+		return nil, errors.New("embedded: a store directory is required")
+	}
+	opts := &server.Options{
+		ServerName: "toolq-dev",
+		JetStream:  true,
+		StoreDir:   cfg.StoreDir,
+		NoSigs:     true,
+		NoLog:      !cfg.Logs,
+		MaxPayload: 8 << 20,
+	}
+	if cfg.Listen == "" {
+		opts.DontListen = true
+	} else {
+		host, port, err := net.SplitHostPort(cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("embedded: listen address %q: %w", cfg.Listen, err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil || p < -1 || p > 65535 {
+			return nil, fmt.Errorf("embedded: listen port %q invalid", port)
+		}
+		opts.Host, opts.Port = host, p
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: %w", err)
+	}
+	if cfg.Logs {
+		ns.ConfigureLogger()
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(15 * time.Second) {
+		ns.Shutdown()
+		return nil, errors.New("embedded: nats-server did not become ready")
+	}
+	return &Server{Server: ns, listening: !opts.DontListen}, nil
+}
+
+// Connect opens an in-process client connection.
+func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	opts = append([]nats.Option{nats.InProcessServer(s.Server), nats.MaxReconnects(-1)}, opts...)
+	return nats.Connect("", opts...)
+}
+
+// URL is the client URL, or "" for an in-process-only server.
+func (s *Server) URL() string {
+	if !s.listening {
+		return ""
+	}
+	return s.ClientURL()
+}
+
+// Stop shuts the server down and waits for it.
+func (s *Server) Stop() {
+	s.Shutdown()
+	s.WaitForShutdown()
+}
