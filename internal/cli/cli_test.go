@@ -1,0 +1,125 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/testutil"
+	"github.com/toolq/toolq/worker"
+)
+
+func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = Main(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestDevOnceRunsSelfCheck(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	code, out, errOut := run(t, "dev", "--once", "--listen", "127.0.0.1:-1", "--data", dir, "--log-level", "warn")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, errOut, "self-check job")
+	var ev contracts.Event
+	require.NoError(t, json.Unmarshal([]byte(out), &ev))
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
+	require.JSONEq(t, `{"hello":"toolq"}`, string(ev.Data.Result))
+	// The data directory is kept: a second start finds the streams.
+	_, err := os.Stat(filepath.Join(dir, "jetstream"))
+	require.NoError(t, err)
+	code, _, errOut = run(t, "dev", "--once", "--listen", "127.0.0.1:-1", "--data", dir, "--log-level", "warn")
+	require.Equal(t, 0, code, errOut)
+}
+
+func startBus(t *testing.T) string {
+	t.Helper()
+	srv := testutil.StartJetStream(t)
+	w, err := worker.New(srv.Connect(t), &worker.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(testutil.Context(t, 10*time.Second)))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+	})
+	return srv.ClientURL()
+}
+
+func TestSubmitWaitEventsCancel(t *testing.T) {
+	t.Parallel()
+	url := startBus(t)
+
+	code, out, errOut := run(t, "--nats", url, "submit", "--tool", "noop", "--input", `{"n":1}`, "--session", "cli", "--id", "job-1", "--wait")
+	require.Equal(t, 0, code, errOut)
+	var ev contracts.Event
+	require.NoError(t, json.Unmarshal([]byte(out), &ev))
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
+	require.Equal(t, "job-1", ev.Data.JobID)
+
+	in := filepath.Join(t.TempDir(), "job.json")
+	require.NoError(t, os.WriteFile(in, []byte(`{"ms":60000}`), 0o600))
+	code, out, errOut = run(t, "--nats", url, "submit", "--tool", "sleep", "--input", "@"+in, "--session", "cli")
+	require.Equal(t, 0, code, errOut)
+	id := strings.TrimSpace(out)
+	require.True(t, contracts.ValidID(id), id)
+
+	code, out, errOut = run(t, "--nats", url, "cancel", "--session", "cli", id)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "cancelled "+id)
+
+	code, out, errOut = run(t, "--nats", url, "events", "--session", "cli")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "completed")
+	require.Contains(t, out, "job-1")
+	require.Contains(t, out, "cancelled")
+
+	code, out, errOut = run(t, "--nats", url, "--json", "events", "--session", "cli", "--job", "job-1")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, 1, strings.Count(out, `"specversion"`))
+}
+
+func TestBadInputExitsTwo(t *testing.T) {
+	t.Parallel()
+	url := startBus(t)
+	for _, args := range [][]string{
+		{"--nats", url, "submit", "--tool", "noop", "--input", `{not json`},
+		{"--nats", url, "submit", "--tool", "no tool", "--input", `{}`},
+		{"--nats", url, "submit", "--tool", "noop", "--session", "a.b"},
+		{"--nats", url, "submit", "--tool", "noop", "--input", "@/does/not/exist.json"},
+		{"--nats", url, "cancel", "--session", "s", "bad id"},
+		{"--log-level", "loud", "events"},
+	} {
+		code, _, errOut := run(t, args...)
+		require.Equal(t, 2, code, "%v: %s", args, errOut)
+		require.Contains(t, errOut, "invalid_input", "%v", args)
+	}
+}
+
+func TestFailedJobExitsNonZero(t *testing.T) {
+	t.Parallel()
+	url := startBus(t)
+	code, out, _ := run(t, "--nats", url, "submit", "--tool", "sleep", "--input", `{"ms":-3}`, "--wait")
+	require.Equal(t, 1, code)
+	require.Contains(t, out, `"failed"`)
+}
+
+func TestReadAnchors(t *testing.T) {
+	t.Parallel()
+	f := filepath.Join(t.TempDir(), "a.txt")
+	require.NoError(t, os.WriteFile(f, []byte("# anchors summary\nanchor.nats_js_pub_async 69952 msgs/s\nanchor.asynq_e2e_latency_p50 546 ms\njunk\n"), 0o600))
+	a, err := readAnchors(f)
+	require.NoError(t, err)
+	require.Equal(t, map[string]float64{"nats_js_pub_async": 69952, "asynq_e2e_latency_p50": 546}, a)
+}
