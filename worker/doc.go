@@ -1,0 +1,41 @@
+// Package worker runs toolq jobs: it consumes the jobs of its registered
+// tools from JetStream, runs their handlers and publishes their events.
+//
+// # Consuming
+//
+// Every tool has one durable pull consumer (worker_<tool>) on the TOOLQ_JOBS
+// work-queue stream, shared by all worker processes; each worker runs up to
+// ToolConfig.Concurrency jobs of a tool at once. Jobs that run longer than a
+// third of their ack wait send InProgress heartbeats.
+//
+// # Results and exactly one terminal event
+//
+// A job ends with exactly one terminal event (completed, failed, cancelled)
+// on toolq.events.<session>.<job_id>. Every event write is conditional on the
+// subject's last sequence, so a cancel and a completion, or two deliveries of
+// the same job, cannot both end it; event ids are deterministic and
+// deduplicated as well. A first delivery runs without a lookup; a redelivery
+// first reads the job's last event and, when the job already ended, is
+// answered from it instead of running again.
+//
+// # Retries and the DLQ
+//
+// A handler's error decides what happens: Permanent(err) or a
+// *contracts.Error that is not Retryable fails the job at once; RetryAfter
+// retries after a given delay; anything else is retried after the tool's
+// RetryPolicy delay (exponential with jitter). When the attempts run out the
+// job is written to TOOLQ_DLQ, then its failed event, then it is removed. A
+// job whose worker died during its last attempt is found through JetStream's
+// MAX_DELIVERIES advisory and handled the same way.
+//
+// # Cancellation and shutdown
+//
+// A cancelled job id is recorded in the toolq_cancels bucket (and announced
+// on toolq.cancel.<job_id>): a queued job never starts, a running job's
+// context is cancelled. Stop stops pulling, lets running jobs finish until its
+// soft timeout, then cancels them and hands them back for another worker.
+//
+// # Built-in tools
+//
+// noop returns its input; sleep {ms} waits, honouring cancellation.
+package worker
