@@ -40,8 +40,9 @@ type BreakerChange struct {
 	From     BreakerState `json:"from"`
 	To       BreakerState `json:"to"`
 	At       time.Time    `json:"at"`
-	// RetryAfter is, for a change to open, how long until a half-open probe.
-	RetryAfter time.Duration `json:"retryAfter,omitempty"`
+	// RetryAfterMs is, for a change to open, how long until a half-open
+	// probe, in milliseconds.
+	RetryAfterMs int64 `json:"retryAfterMs,omitempty"`
 }
 
 // maxBreakersPerProvider bounds the breakers one provider keeps; models
@@ -96,7 +97,7 @@ func (bs *breakers) get(model string) *breaker {
 			ch := BreakerChange{Provider: name, Model: model, From: stateOf(from), To: stateOf(to), At: now}
 			if to == gobreaker.StateOpen {
 				b.openedAt.Store(now.UnixNano())
-				ch.RetryAfter = t.openTimeout
+				ch.RetryAfterMs = t.openTimeout.Milliseconds()
 			}
 			t.log.Warn("provider breaker state changed", "provider", name, "model", model,
 				"from", string(ch.From), "to", string(ch.To))
@@ -107,6 +108,21 @@ func (bs *breakers) get(model string) *breaker {
 	})
 	bs.byModel[model] = b
 	return b
+}
+
+// states returns the state of every breaker, by model.
+func (bs *breakers) states() map[string]BreakerState {
+	bs.mu.Lock()
+	list := make(map[string]*breaker, len(bs.byModel))
+	for m, b := range bs.byModel {
+		list[m] = b
+	}
+	bs.mu.Unlock()
+	out := make(map[string]BreakerState, len(list))
+	for m, b := range list {
+		out[m] = stateOf(b.cb.State())
+	}
+	return out
 }
 
 // peek returns the breaker of model if it exists.

@@ -39,6 +39,7 @@ func TestBreakerOpensAndJobsFailOver(t *testing.T) {
 		require.Equal(t, string(contracts.CodeProviderUnavailable), d.Failover[0].Code)
 	}
 	require.Equal(t, []string{"xai/grok-4.6:closed->open"}, b.changes.transitions())
+	require.Equal(t, int64(time.Hour/time.Millisecond), b.changes.list[0].RetryAfterMs)
 	require.False(t, b.tool.Available("xai"))
 	require.True(t, b.tool.Accepting(), "gemini still answers")
 	require.Equal(t, int32(5), b.fakes["xai"].hits.Load())
@@ -167,6 +168,12 @@ func TestBreakerPerModel(t *testing.T) {
 	}
 	require.Equal(t, []string{"xai/grok-4.3:closed->open"}, b.changes.transitions())
 	require.True(t, b.tool.Available("xai"), "the default model's breaker is closed")
+	st := b.tool.Status()
+	require.Len(t, st, 4)
+	require.Equal(t, providers.ProviderStatus{
+		Provider: "xai", Enabled: true, Model: "grok-4.6", Available: true,
+		Breakers: map[string]providers.BreakerState{"grok-4.3": providers.BreakerOpen},
+	}, st[0])
 	_, err := b.run(t, map[string]any{"task": "t", "model": "grok-4.3"})
 	require.Equal(t, providers.KindBreakerOpen, failureOf(t, err).Kind)
 	d, err := b.run(t, map[string]any{"task": "t"})

@@ -182,6 +182,32 @@ func (t *CodeExecution) Available(p string) bool {
 	return br == nil || !br.open()
 }
 
+// ProviderStatus describes one provider for health endpoints.
+type ProviderStatus struct {
+	Provider string `json:"provider"`
+	// Enabled reports that the provider has credentials and is not disabled.
+	Enabled bool `json:"enabled"`
+	// Model is the provider's default model.
+	Model string `json:"model"`
+	// Available is Available(Provider).
+	Available bool `json:"available"`
+	// Breakers holds the state of every breaker created so far, by model.
+	Breakers map[string]BreakerState `json:"breakers"`
+}
+
+// Status describes every known provider, in the default order.
+func (t *CodeExecution) Status() []ProviderStatus {
+	out := make([]ProviderStatus, 0, len(provider.Names))
+	for _, name := range provider.Names {
+		b := t.backends[name]
+		out = append(out, ProviderStatus{
+			Provider: name, Enabled: b.enabled, Model: b.model,
+			Available: t.Available(name), Breakers: b.breakers.states(),
+		})
+	}
+	return out
+}
+
 // Accepting reports whether any enabled provider is available; while it is
 // false every job would fail fast, so the worker should stop pulling.
 func (t *CodeExecution) Accepting() bool {

@@ -222,7 +222,7 @@ func (a *accumulated) response(model string) (*provider.Response, error) {
 	if out.Model == "" {
 		out.Model = model
 	}
-	var text strings.Builder
+	var text provider.Text
 	var cites provider.Citations
 	var types provider.Types
 	runByID := map[string]int{}
@@ -234,11 +234,12 @@ func (a *accumulated) response(model string) (*provider.Response, error) {
 		types.Add(b.Type)
 		switch b.Type {
 		case "text":
-			text.WriteString(b.Text)
+			text.Write(b.Text)
 			for _, c := range b.Citations {
 				cites.Add(c.URL)
 			}
 		case "server_tool_use":
+			text.Break()
 			out.UsedCodeExecution = true
 			out.Usage.ToolCalls++
 			var in toolInput
@@ -261,6 +262,7 @@ func (a *accumulated) response(model string) (*provider.Response, error) {
 				runByID[b.ID] = len(out.Runs) - 1
 			}
 		case "bash_code_execution_tool_result", "code_execution_tool_result", "text_editor_code_execution_tool_result":
+			text.Break()
 			out.UsedCodeExecution = true
 			i, ok := runByID[b.ToolUseID]
 			if !ok {

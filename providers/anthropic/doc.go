@@ -6,8 +6,8 @@
 //
 // # Response
 //
-// The content blocks come in order: text (joined into the answer, its
-// citations kept), server_tool_use (bash_code_execution {command},
+// The content blocks come in order: text (joined into the answer, with a
+// blank line where code ran between blocks, its citations kept), server_tool_use (bash_code_execution {command},
 // text_editor_code_execution {command, path, file_text}, or the legacy
 // code_execution {code}) and the matching *_tool_result blocks
 // (bash_code_execution_result {stdout, stderr, return_code, content:[{file_id}]},

@@ -7,7 +7,8 @@
 // The write-run-read loop happens inside one call; its record comes back as
 // ordinary parts of the first candidate, in the order they happened: text,
 // executableCode {language, code}, codeExecutionResult {outcome, output} and
-// inlineData images (Matplotlib output). Each executableCode opens a run that
+// inlineData images (Matplotlib output). Text parts are joined, with a blank
+// line where code ran between them; thought parts are left out. Each executableCode opens a run that
 // the next codeExecutionResult completes; outcomes OUTCOME_OK,
 // OUTCOME_FAILED, OUTCOME_DEADLINE_EXCEEDED and OUTCOME_UNSPECIFIED map to
 // ok, failed, deadline_exceeded and unspecified. Gemini has no turn limit

@@ -192,7 +192,7 @@ func Parse(data []byte, model string) (*provider.Response, error) {
 	if out.Model == "" {
 		out.Model = model
 	}
-	var text strings.Builder
+	var text provider.Text
 	var cites provider.Citations
 	var types provider.Types
 	open := -1 // index of the run waiting for its result
@@ -202,6 +202,7 @@ func Parse(data []byte, model string) (*provider.Response, error) {
 			for _, p := range c.Content.Parts {
 				switch {
 				case p.ExecutableCode != nil:
+					text.Break()
 					types.Add("executableCode")
 					out.UsedCodeExecution = true
 					out.Runs = append(out.Runs, provider.Run{
@@ -211,6 +212,7 @@ func Parse(data []byte, model string) (*provider.Response, error) {
 					})
 					open = len(out.Runs) - 1
 				case p.CodeExecutionResult != nil:
+					text.Break()
 					types.Add("codeExecutionResult")
 					out.UsedCodeExecution = true
 					if open < 0 {
@@ -233,7 +235,7 @@ func Parse(data []byte, model string) (*provider.Response, error) {
 						continue
 					}
 					types.Add("text")
-					text.WriteString(*p.Text)
+					text.Write(*p.Text)
 				}
 			}
 		}

@@ -191,3 +191,43 @@ func (t *Types) List() []string {
 	}
 	return t.list
 }
+
+// Text joins answer text blocks. Adjacent blocks are concatenated as they
+// are (the provider split one text); blocks separated by tool activity (a
+// Break) are joined with a blank line unless either side already has
+// whitespace there.
+type Text struct {
+	b      strings.Builder
+	broken bool
+}
+
+// Write appends one text block.
+func (t *Text) Write(s string) {
+	if s == "" {
+		return
+	}
+	if t.broken && t.b.Len() > 0 {
+		prev := t.b.String()
+		if !endsSpace(prev) && !startsSpace(s) {
+			t.b.WriteString("\n\n")
+		}
+	}
+	t.broken = false
+	t.b.WriteString(s)
+}
+
+// Break records tool activity between text blocks.
+func (t *Text) Break() { t.broken = true }
+
+// String returns the joined text.
+func (t *Text) String() string { return t.b.String() }
+
+func endsSpace(s string) bool {
+	r, _ := utf8.DecodeLastRuneInString(s)
+	return r == ' ' || r == '\n' || r == '\t' || r == '\r'
+}
+
+func startsSpace(s string) bool {
+	r, _ := utf8.DecodeRuneInString(s)
+	return r == ' ' || r == '\n' || r == '\t' || r == '\r'
+}
