@@ -7,11 +7,12 @@
 // # Response
 //
 // The content blocks come in order: text (joined into the answer, with a
-// blank line where code ran between blocks, its citations kept), server_tool_use (bash_code_execution {command},
-// text_editor_code_execution {command, path, file_text}, or the legacy
-// code_execution {code}) and the matching *_tool_result blocks
-// (bash_code_execution_result {stdout, stderr, return_code, content:[{file_id}]},
-// a *_tool_result_error {error_code}, or the legacy code_execution_result).
+// blank line where code ran between blocks, its citations kept),
+// server_tool_use (bash_code_execution {command}, text_editor_code_execution
+// {command, path, file_text}, or the legacy code_execution {code}) and the
+// matching *_tool_result blocks (bash_code_execution_result {stdout, stderr,
+// return_code, content:[{file_id}]}, a *_tool_result_error {error_code}, or
+// the legacy code_execution_result).
 // Each server_tool_use opens a run that the result with its tool_use_id
 // completes; output files are kept as file ids.
 //
