@@ -68,13 +68,15 @@ func (s Subjects) Cancel(jobID string) string { return s.p() + ".cancel." + jobI
 // Cancels is the wildcard of every cancel subject.
 func (s Subjects) Cancels() string { return s.p() + ".cancel.*" }
 
-// ToolOf returns the tool of a job subject, or "" when subject is not one.
+// ToolOf returns the tool of a job subject, or "" when subject is not one
+// (including a wildcard such as <prefix>.jobs.> and anything whose remainder
+// is not a valid tool name, since callers build other subjects from it).
 func (s Subjects) ToolOf(subject string) string {
-	pre := s.p() + ".jobs."
-	if !strings.HasPrefix(subject, pre) {
+	tool, ok := strings.CutPrefix(subject, s.p()+".jobs.")
+	if !ok || !ValidTool(tool) {
 		return ""
 	}
-	return subject[len(pre):]
+	return tool
 }
 
 // ConsumerName is the durable consumer shared by every worker of tool.

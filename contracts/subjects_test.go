@@ -1,0 +1,138 @@
+package contracts_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolq/toolq/contracts"
+)
+
+func TestSubjects(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		s    contracts.Subjects
+		want map[string]string
+	}{
+		{"zero value is the default prefix", contracts.Subjects{}, map[string]string{
+			"jobs stream":    "TOOLQ_JOBS",
+			"events stream":  "TOOLQ_EVENTS",
+			"dlq stream":     "TOOLQ_DLQ",
+			"runs bucket":    "toolq_runs",
+			"job":            "toolq.jobs.code_mode.exec",
+			"jobs":           "toolq.jobs.>",
+			"schedules":      "toolq.schedules.>",
+			"schedule":       "toolq.schedules.nightly",
+			"event":          "toolq.events.s1.j1",
+			"session events": "toolq.events.s1.*",
+			"events":         "toolq.events.>",
+			"dlq":            "toolq.dlq.exec",
+			"dlqs":           "toolq.dlq.>",
+			"cancel":         "toolq.cancel.j1",
+			"cancels":        "toolq.cancel.*",
+		}},
+		{"explicit default", contracts.Subjects{Prefix: contracts.DefaultPrefix}, map[string]string{
+			"jobs stream": "TOOLQ_JOBS",
+			"job":         "toolq.jobs.code_mode.exec",
+			"event":       "toolq.events.s1.j1",
+		}},
+		{"custom prefix", contracts.Subjects{Prefix: "Acme-q"}, map[string]string{
+			"jobs stream":    "ACME-Q_JOBS",
+			"events stream":  "ACME-Q_EVENTS",
+			"dlq stream":     "ACME-Q_DLQ",
+			"runs bucket":    "acme-q_runs",
+			"job":            "Acme-q.jobs.code_mode.exec",
+			"jobs":           "Acme-q.jobs.>",
+			"schedules":      "Acme-q.schedules.>",
+			"schedule":       "Acme-q.schedules.nightly",
+			"event":          "Acme-q.events.s1.j1",
+			"session events": "Acme-q.events.s1.*",
+			"events":         "Acme-q.events.>",
+			"dlq":            "Acme-q.dlq.exec",
+			"dlqs":           "Acme-q.dlq.>",
+			"cancel":         "Acme-q.cancel.j1",
+			"cancels":        "Acme-q.cancel.*",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := map[string]string{
+				"jobs stream":    tc.s.JobsStream(),
+				"events stream":  tc.s.EventsStream(),
+				"dlq stream":     tc.s.DLQStream(),
+				"runs bucket":    tc.s.Bucket("runs"),
+				"job":            tc.s.Job("code_mode.exec"),
+				"jobs":           tc.s.Jobs(),
+				"schedules":      tc.s.Schedules(),
+				"schedule":       tc.s.Schedule("nightly"),
+				"event":          tc.s.Event("s1", "j1"),
+				"session events": tc.s.SessionEvents("s1"),
+				"events":         tc.s.Events(),
+				"dlq":            tc.s.DLQ("exec"),
+				"dlqs":           tc.s.DLQs(),
+				"cancel":         tc.s.Cancel("j1"),
+				"cancels":        tc.s.Cancels(),
+			}
+			for k, want := range tc.want {
+				require.Equal(t, want, got[k], k)
+			}
+		})
+	}
+}
+
+func TestSubjectsToolOf(t *testing.T) {
+	t.Parallel()
+	def, custom := contracts.Subjects{}, contracts.Subjects{Prefix: "acme"}
+	for _, tc := range []struct {
+		s       contracts.Subjects
+		subject string
+		want    string
+	}{
+		{def, "toolq.jobs.exec", "exec"},
+		{def, "toolq.jobs.code_mode.exec", "code_mode.exec"},
+		{def, def.Job("mcp.github.create_issue"), "mcp.github.create_issue"},
+		{def, "toolq.jobs.", ""},
+		{def, "toolq.jobs", ""},
+		{def, "toolq.jobs.>", ""},
+		{def, "toolq.jobs.*", ""},
+		{def, "toolq.jobs.a..b", ""},
+		{def, "toolq.events.s1.j1", ""},
+		{def, "toolq.schedules.nightly", ""},
+		{def, "toolqx.jobs.exec", ""},
+		{def, "acme.jobs.exec", ""},
+		{def, "", ""},
+		{custom, "acme.jobs.exec", "exec"},
+		{custom, custom.Job("code_mode.wait"), "code_mode.wait"},
+		{custom, "toolq.jobs.exec", ""},
+	} {
+		require.Equal(t, tc.want, tc.s.ToolOf(tc.subject), "%q.ToolOf(%q)", tc.s.Prefix, tc.subject)
+	}
+	// ToolOf inverts Job for every valid tool.
+	for _, tool := range []string{"exec", "code_execution", "code_mode.exec", "a-b.c_d.E9"} {
+		require.Equal(t, tool, def.ToolOf(def.Job(tool)))
+		require.Equal(t, tool, custom.ToolOf(custom.Job(tool)))
+	}
+}
+
+func TestSubjectsConsumerName(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		tool, want string
+	}{
+		{"exec", "worker_exec"},
+		{"code_execution", "worker_code_execution"},
+		{"code_mode.exec", "worker_code_mode__exec"},
+		{"mcp.github.create-issue", "worker_mcp__github__create-issue"},
+	} {
+		for _, s := range []contracts.Subjects{{}, {Prefix: "acme"}} {
+			got := s.ConsumerName(tc.tool)
+			require.Equal(t, tc.want, got)
+			// NATS refuses these in consumer names.
+			require.NotContains(t, got, ".")
+			require.NotContains(t, got, "*")
+			require.NotContains(t, got, ">")
+			require.True(t, contracts.ValidID(got), "%q", got)
+		}
+	}
+}
