@@ -104,7 +104,28 @@ func NewRunner(cfg *RunnerConfig) (*Runner, error) {
 	if c.WaitDelay == 0 {
 		c.WaitDelay = DefaultWaitDelay
 	}
+	sealInheritedFDs.Do(sealFDs)
 	return &Runner{cfg: c}, nil
+}
+
+var sealInheritedFDs sync.Once
+
+// sealFDs marks every descriptor above stderr close-on-exec. Go opens its
+// own descriptors that way already; what is left are descriptors the worker
+// inherited from whatever started it, and those must not leak into
+// commands (os/exec and bwrap pass on whatever is not close-on-exec).
+func sealFDs() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 2 {
+			continue
+		}
+		syscall.CloseOnExec(fd)
+	}
 }
 
 // Result is the outcome of a run that started.
@@ -357,6 +378,9 @@ func (r *Runner) bwrapArgs(pl *Plan, workdir string, env []string) []string {
 	args = append(args,
 		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
 		"--bind", workdir, workdir, "--chdir", workdir,
+		// The root is bwrap's own tmpfs; make it read-only too, so /etc,
+		// /var or the workdir's parents are not scratch space.
+		"--remount-ro", "/",
 	)
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
