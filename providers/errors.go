@@ -217,3 +217,21 @@ func withDetails(e *contracts.Error, a *attemptError, trail []FailoverStep, retr
 	e.Details, _ = json.Marshal(d)
 	return e
 }
+
+// RetryAfter returns how long a failed code_execution job asks to wait
+// before it is tried again (the provider's Retry-After or the time until its
+// breaker's half-open probe), or 0 when err says nothing about it. The
+// worker can pass it to NakWithDelay.
+func RetryAfter(err error) time.Duration {
+	var ce *contracts.Error
+	if !errors.As(err, &ce) || !ce.Retryable || len(ce.Details) == 0 {
+		return 0
+	}
+	var d struct {
+		RetryAfterMs int64 `json:"retryAfterMs"`
+	}
+	if json.Unmarshal(ce.Details, &d) != nil || d.RetryAfterMs <= 0 {
+		return 0
+	}
+	return time.Duration(d.RetryAfterMs) * time.Millisecond
+}

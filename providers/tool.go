@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -223,7 +224,15 @@ func (t *CodeExecution) Accepting() bool {
 // failures are *contracts.Error (see the package documentation for codes
 // and retryability). ctx's deadline bounds every attempt and retry; without
 // one, the job's timeout_ms or DefaultJobTimeout applies.
-func (t *CodeExecution) Handle(ctx context.Context, job *contracts.Job) (json.RawMessage, error) {
+func (t *CodeExecution) Handle(ctx context.Context, job *contracts.Job) (_ json.RawMessage, err error) {
+	defer func() {
+		// Errors as results, never panics: a bug here must fail one job,
+		// not the worker.
+		if r := recover(); r != nil {
+			t.log.Error("code_execution panicked", "panic", r, "stack", string(debug.Stack()))
+			err = contracts.Errorf(contracts.CodeInternalError, "code_execution panicked: %v", r)
+		}
+	}()
 	if job == nil {
 		return nil, contracts.Errorf(contracts.CodeInvalidInput, "no job")
 	}

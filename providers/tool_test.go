@@ -396,7 +396,10 @@ func TestRetryAfterBeyondDeadline(t *testing.T) {
 	f := failureOf(t, err)
 	require.Equal(t, "rate_limited", f.Kind)
 	require.Equal(t, int64(30000), f.RetryAfterMs)
+	require.Equal(t, 30*time.Second, providers.RetryAfter(err))
 	require.Equal(t, int32(1), b.fakes["xai"].hits.Load())
+	require.Zero(t, providers.RetryAfter(nil))
+	require.Zero(t, providers.RetryAfter(contracts.Errorf(contracts.CodeProviderError, "x")))
 }
 
 // The job's deadline bounds every retry.
