@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/toolq/toolq/contracts"
 )
 
 // Errors returned by the worker's own methods.
@@ -38,3 +40,19 @@ func (e *RetryAfterError) Error() string {
 	return fmt.Sprintf("retry after %s: %v", e.Delay, e.Err)
 }
 func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// ParkError ends a job's current step without ending the job: the worker
+// publishes an event with the parked status (waiting, approval_pending) and
+// the handler's result, and acknowledges the message. Whatever continues the
+// job later (a resume, an approval) writes its next events with Emit.
+type ParkError struct {
+	Status contracts.Status
+	// N numbers repeated parked events of the same job (1 for the first).
+	N int
+}
+
+// Park returns the error that parks the job with status (which must be
+// Parked) as the n-th such event.
+func Park(status contracts.Status, n int) error { return &ParkError{Status: status, N: max(n, 1)} }
+
+func (e *ParkError) Error() string { return "parked: " + string(e.Status) }

@@ -456,6 +456,11 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		w.finish(log, msg, job, attempt, lastSeq, contracts.StatusCancelled, nil, contracts.Errorf(contracts.CodeCancelled, "job was cancelled while running"))
 		return
 	}
+	var park *ParkError
+	if errors.As(herr, &park) && park.Status.Parked() && json.Valid(result) {
+		w.park(log, msg, job, attempt, lastSeq, park, result)
+		return
+	}
 	if herr == nil {
 		if len(result) == 0 {
 			result = json.RawMessage("null")
@@ -556,6 +561,61 @@ func (w *Worker) finish(log *slog.Logger, msg jetstream.Msg, job *contracts.Job,
 		return
 	}
 	_ = msg.Ack()
+}
+
+// park publishes a parked event and acknowledges the message: the job's
+// current step is over, the job is not.
+func (w *Worker) park(log *slog.Logger, msg jetstream.Msg, job *contracts.Job, attempt int, lastSeq uint64, park *ParkError, result json.RawMessage) {
+	ev := contracts.NewEvent(w.source, job, park.Status, park.N, time.Now())
+	ev.Data.Attempt = attempt
+	ev.Data.Result = result
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := w.events.Publish(ctx, ev, lastSeq, traceOf(msg))
+	if errors.Is(err, bus.ErrConflict) && w.endedElsewhere(log, msg, job) {
+		return
+	}
+	if err != nil {
+		log.Warn("parked event not stored; handing the job back", slog.Any("err", err))
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	_ = msg.Ack()
+}
+
+// ErrJobEnded is returned by Emit when the job already has a terminal event.
+var ErrJobEnded = errors.New("worker: job already ended")
+
+// Emit writes the n-th event of status for a job other than the one being
+// handled (a parked job being continued): after the job's current last
+// event, and never after a terminal one. ref needs ID, Session and Tool.
+func (w *Worker) Emit(ctx context.Context, ref *contracts.Job, status contracts.Status, n int, result json.RawMessage, werr *contracts.Error) error {
+	if w.events == nil {
+		return errors.New("worker: Emit before Start")
+	}
+	if err := contracts.ValidateID("job id", ref.ID); err != nil {
+		return err
+	}
+	if err := contracts.ValidateID("session", ref.Session); err != nil {
+		return err
+	}
+	ev := contracts.NewEvent(w.source, ref, status, max(n, 1), time.Now())
+	ev.Data.Result = result
+	ev.Data.Error = werr
+	for range 5 {
+		last, seq, err := w.events.Last(ctx, ref.Session, ref.ID)
+		if err != nil {
+			return err
+		}
+		if last != nil && last.Data.Status.Terminal() {
+			return fmt.Errorf("%w: %s", ErrJobEnded, last.Data.Status)
+		}
+		_, err = w.events.Publish(ctx, ev, seq, traceParent(ctx))
+		if !errors.Is(err, bus.ErrConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("worker: emit %s: event subject kept moving", ev.ID)
 }
 
 // endedElsewhere reports (and acks) when the job's event subject already ends

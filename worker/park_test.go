@@ -1,0 +1,47 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/testutil"
+	"github.com/toolq/toolq/producer"
+	"github.com/toolq/toolq/worker"
+)
+
+func TestParkThenEmitContinuation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := b.startWorker(t, nil, func(w *worker.Worker) {
+		require.NoError(t, w.Register("ask", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
+			return json.RawMessage(`{"approvalId":"a1"}`), worker.Park(contracts.StatusApprovalPending, 1)
+		}), nil))
+	})
+	job := b.submit(t, "ask", `{}`, nil)
+	ctx := testutil.Context(t, 10*time.Second)
+	ev, err := b.prod.Await(ctx, job.Session, job.ID, &producer.AwaitOpts{Parked: true})
+	require.NoError(t, err)
+	require.Equal(t, contracts.StatusApprovalPending, ev.Data.Status)
+	require.JSONEq(t, `{"approvalId":"a1"}`, string(ev.Data.Result))
+	requireQueueEmpty(t, b) // the step is over: acknowledged
+
+	// Later, the continuation writes the job's next events.
+	ref := &contracts.Job{ID: job.ID, Session: job.Session, Tool: job.Tool}
+	require.NoError(t, w.Emit(ctx, ref, contracts.StatusApproved, 1, nil, nil))
+	require.NoError(t, w.Emit(ctx, ref, contracts.StatusCompleted, 1, json.RawMessage(`{"exitCode":0}`), nil))
+	final := b.await(t, job)
+	require.Equal(t, contracts.StatusCompleted, final.Data.Status)
+	require.ErrorIs(t, w.Emit(ctx, ref, contracts.StatusFailed, 1, nil, nil), worker.ErrJobEnded)
+
+	var statuses []contracts.Status
+	for _, e := range b.allEvents(t, job.Session) {
+		statuses = append(statuses, e.Data.Status)
+	}
+	require.Equal(t, []contracts.Status{contracts.StatusApprovalPending, contracts.StatusApproved, contracts.StatusCompleted}, statuses)
+	require.ErrorIs(t, w.Emit(ctx, &contracts.Job{ID: "x y", Session: "s1"}, contracts.StatusFailed, 1, nil, nil), contracts.ErrInvalidInput)
+}
