@@ -3,12 +3,10 @@ package providertest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -172,7 +170,7 @@ func requireKind(t *testing.T, err error, kind provider.Kind) *provider.Error {
 	var pe *provider.Error
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, kind, pe.Kind, "error: %v", err)
-	require.Equal(t, pe.Provider != "", true)
+	require.NotEmpty(t, pe.Provider)
 	return pe
 }
 
@@ -300,7 +298,7 @@ func Run(t *testing.T, h Harness) {
 		cancel()
 		err := <-errc
 		requireKind(t, err, provider.KindCancelled)
-		require.True(t, errors.Is(err, context.Canceled))
+		require.ErrorIs(t, err, context.Canceled)
 	})
 
 	t.Run("secrets redacted in logs", func(t *testing.T) {
@@ -318,6 +316,6 @@ func Run(t *testing.T, h Harness) {
 		require.NotContains(t, out, TestKey)
 		require.NotContains(t, out, "xai-ABCDEFGHIJKLMNOP")
 		require.NotContains(t, err.Error(), TestKey)
-		require.True(t, strings.Contains(out, "Compute the mean"), "the logged request body carries the task")
+		require.Contains(t, out, "Compute the mean", "the logged request body carries the task")
 	})
 }
