@@ -256,3 +256,18 @@ func TestFailoverRules(t *testing.T) {
 		require.Len(t, d.Failover, 1, "repeats are dropped")
 	})
 }
+
+// A provider that hangs gets only its share of the deadline, so the job can
+// still fail over.
+func TestHangingProviderLeavesTimeToFailOver(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.fakes["xai"].set(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	d, err := b.runCtx(ctx, t, map[string]any{"task": "t", "timeoutSeconds": 30, "failover": []string{"gemini"}})
+	require.Nil(t, err)
+	require.Equal(t, "gemini", d.Provider)
+	require.Equal(t, "transport", d.Failover[0].Kind)
+	require.Contains(t, d.Failover[0].Message, "share of the job's deadline")
+}

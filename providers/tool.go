@@ -272,7 +272,15 @@ func (t *CodeExecution) Execute(ctx context.Context, in *Input) (*Details, error
 		if i == 0 && in.Model != "" {
 			model = normalizeModel(name, in.Model)
 		}
-		resp, attempts, err := t.runProvider(ctx, b, in, model)
+		pctx, cancel := budget(ctx, len(chain)-i)
+		resp, attempts, err := t.runProvider(pctx, b, in, model)
+		if err != nil && pctx.Err() != nil && ctx.Err() == nil {
+			// This provider used up its share of the deadline; the next
+			// one gets the rest.
+			err = &provider.Error{Provider: name, Kind: provider.KindTransport,
+				Message: "no answer within this provider's share of the job's deadline", Err: err}
+		}
+		cancel()
 		if err == nil {
 			return t.details(in, b, resp, attempts, trail, start), nil
 		}
@@ -299,6 +307,18 @@ func (t *CodeExecution) Execute(ctx context.Context, in *Input) (*Details, error
 		steps = trail[1:]
 	}
 	return nil, toContract(ctx, first, steps)
+}
+
+// budget bounds one provider's share of the job's deadline when more
+// providers may still be tried: the remaining time split evenly, so an
+// outage that hangs (rather than fails) leaves time to fail over.
+func budget(ctx context.Context, left int) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok || left <= 1 {
+		return context.WithCancel(ctx)
+	}
+	share := time.Until(deadline) / time.Duration(left)
+	return context.WithTimeout(ctx, share)
 }
 
 // chain is the ordered list of providers a job may use: its provider (or

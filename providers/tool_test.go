@@ -360,7 +360,7 @@ func TestAttemptTimeoutRetried(t *testing.T) {
 	b := setup(t)
 	hang := func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
 	b.fakes["xai"].set(sequence(hang, ok("xai", "Mean: 42. Verified.")))
-	d, err := b.run(t, map[string]any{"task": "t", "timeoutSeconds": 0.2})
+	d, err := b.run(t, map[string]any{"task": "t", "timeoutSeconds": 1})
 	require.Nil(t, err)
 	require.Equal(t, 2, d.Attempts)
 }
