@@ -2,7 +2,9 @@ package providers_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -270,4 +272,80 @@ func TestHangingProviderLeavesTimeToFailOver(t *testing.T) {
 	require.Equal(t, "gemini", d.Provider)
 	require.Equal(t, "transport", d.Failover[0].Kind)
 	require.Contains(t, d.Failover[0].Message, "share of the job's deadline")
+}
+
+// While half-open, exactly one probe goes through; other jobs fail fast
+// until it settles.
+func TestHalfOpenLetsOneProbeThrough(t *testing.T) {
+	t.Parallel()
+	b := setup(t, breakerConfig(time.Nanosecond))
+	b.fakes["xai"].set(status(500, ""))
+	for i := 0; i < 5; i++ {
+		_, err := b.run(t, map[string]any{"task": "t"})
+		require.NotNil(t, err)
+	}
+	arrived, release := make(chan struct{}), make(chan struct{})
+	b.fakes["xai"].set(func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		<-release
+		ok("xai", "Mean: 42. Verified.")(w, r)
+	})
+	type result struct {
+		d   *providers.Details
+		err *contracts.Error
+	}
+	probe := make(chan result, 1)
+	probeJob := job(t, map[string]any{"task": "t"})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		out, err := b.tool.Handle(ctx, probeJob)
+		if err != nil {
+			probe <- result{err: contracts.AsError(err)}
+			return
+		}
+		var d providers.Details
+		_ = json.Unmarshal(out, &d)
+		probe <- result{d: &d}
+	}()
+	<-arrived
+	_, err := b.run(t, map[string]any{"task": "t"})
+	require.NotNil(t, err)
+	require.Equal(t, providers.KindBreakerOpen, failureOf(t, err).Kind, "a second job is refused while the probe runs")
+	close(release)
+	r := <-probe
+	require.Nil(t, r.err)
+	require.Equal(t, "xai", r.d.Provider)
+	require.Equal(t, int32(6), b.fakes["xai"].hits.Load())
+	require.True(t, b.tool.Available("xai"))
+}
+
+// Many concurrent jobs share breakers and clients safely.
+func TestConcurrentJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for i := 0; i < 40; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			p := []string{"xai", "openai", "gemini", "anthropic"}[i%4]
+			in, _ := json.Marshal(map[string]any{"task": "t", "provider": p, "model": []string{"", "m-1", "m-2"}[i%3]})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, err := b.tool.Handle(ctx, &contracts.Job{ID: "j", Tool: "code_execution", Session: "s", Input: in})
+			errs <- err
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	var total int32
+	for _, f := range b.fakes {
+		total += f.hits.Load()
+	}
+	require.Equal(t, int32(40), total)
 }

@@ -52,6 +52,8 @@
 // most Config.Retry.MaxAttempts attempts and never past the job's deadline:
 // a wait that would outlast it ends the job at once with a retryable error.
 // Each attempt is bounded by the provider's timeoutSeconds (30 by default).
+// While a job may still fail over, each provider gets an even share of the
+// remaining deadline, so a provider that hangs leaves time for the next.
 //
 // Each provider+model has a gobreaker/v2 breaker. Only provider faults count
 // (5xx, transport failures, malformed bodies); 4xx, 429, answers without text
