@@ -23,7 +23,7 @@ func ExampleSubjects() {
 	// toolq.jobs.code_mode.exec
 	// toolq.events.sess-1.job-1
 	// TOOLQ_JOBS toolq_runs
-	// worker_code_mode__exec
+	// worker_code_mode:exec
 	// code_mode.exec
 	// acme.dlq.exec ACME_EVENTS
 }

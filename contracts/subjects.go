@@ -80,7 +80,8 @@ func (s Subjects) ToolOf(subject string) string {
 }
 
 // ConsumerName is the durable consumer shared by every worker of tool.
-// Dots are not allowed in consumer names, so they become "__".
+// Dots are not allowed in consumer names; they become ":", which no tool
+// name contains, so two tools never share a consumer.
 func (s Subjects) ConsumerName(tool string) string {
-	return "worker_" + strings.ReplaceAll(tool, ".", "__")
+	return "worker_" + strings.ReplaceAll(tool, ".", ":")
 }

@@ -141,6 +141,9 @@ func (w *Worker) reapExhausted(adv maxDeliveriesAdvisory) {
 		return
 	}
 	toolName := w.cfg.Subjects.ToolOf(raw.Subject)
+	if toolName == "" {
+		return // not a job of ours (e.g. a schedule)
+	}
 	werr := contracts.Errorf(contracts.CodeInternalError,
 		"attempts exhausted: the worker running attempt %d stopped without an answer", adv.Deliveries)
 	job, derr := contracts.DecodeJob(raw.Data)

@@ -120,6 +120,20 @@ func TestNoopCompletes(t *testing.T) {
 	require.Equal(t, 1, ev.Data.Attempt)
 }
 
+func TestDottedToolNames(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, nil, func(w *worker.Worker) {
+		for _, name := range []string{"ns.tool", "ns__tool"} {
+			require.NoError(t, w.Register(name, worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
+				return json.Marshal(name)
+			}), nil))
+		}
+	})
+	require.JSONEq(t, `"ns.tool"`, string(b.await(t, b.submit(t, "ns.tool", ``, nil)).Data.Result))
+	require.JSONEq(t, `"ns__tool"`, string(b.await(t, b.submit(t, "ns__tool", ``, nil)).Data.Result))
+}
+
 func TestAwaitAfterEventPublished(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -1,0 +1,136 @@
+package contracts
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+)
+
+// Tool names of code mode on the bus. Tools under "code_mode." are never
+// reachable from guest code.
+const (
+	ToolCodeModeExec   = "code_mode.exec"
+	ToolCodeModeWait   = "code_mode.wait"
+	ToolCodeModeResult = "code_mode.result"
+	codeModePrefix     = "code_mode."
+)
+
+// IsCodeModeTool reports whether tool is one of code mode's own tools.
+func IsCodeModeTool(tool string) bool { return strings.HasPrefix(tool, codeModePrefix) }
+
+// Catalog sources.
+const (
+	SourceToolq  = "toolq"
+	SourceMCP    = "mcp"
+	SourceClient = "client"
+)
+
+// CatalogTool is an entry of the toolq_catalog bucket: a tool code-mode runs
+// can see and call. Workers register their tools; requesters register
+// client tools (which no worker runs: their calls are returned to the
+// requester in the waiting event).
+type CatalogTool struct {
+	// ID is <source>:<owner>:<name>, e.g. toolq:core:noop.
+	ID string `json:"id"`
+	// Tool is the bus tool that runs it (toolq.jobs.<tool>); empty for
+	// client tools.
+	Tool        string `json:"tool,omitempty"`
+	Name        string `json:"name"`
+	Label       string `json:"label,omitempty"`
+	Description string `json:"description"`
+	Source      string `json:"source"`
+	// InputSchema and OutputSchema are JSON Schemas; a declared output
+	// schema is enforced on every result before the guest sees it.
+	InputSchema  json.RawMessage `json:"inputSchema,omitempty"`
+	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
+	// DirectOnly tools are never listed in ALL_TOOLS nor callable from code.
+	DirectOnly bool `json:"directOnly,omitempty"`
+	// SideEffects marks tools refused in restartSafe runs.
+	SideEffects bool `json:"sideEffects,omitempty"`
+	// UpdatedAt is when the entry was last registered.
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// Validate checks an entry that came from outside.
+func (c *CatalogTool) Validate() error {
+	parts := strings.Split(c.ID, ":")
+	if len(parts) != 3 {
+		return Errorf(CodeInvalidInput, "catalog id %q: want <source>:<owner>:<name>", clip(c.ID, 64))
+	}
+	for _, p := range parts {
+		if !ValidID(p) {
+			return Errorf(CodeInvalidInput, "catalog id %q: each part must match [A-Za-z0-9_-]{1,128}", clip(c.ID, 64))
+		}
+	}
+	switch c.Source {
+	case SourceToolq, SourceMCP, SourceClient:
+	default:
+		return Errorf(CodeInvalidInput, "catalog source %q: want toolq, mcp or client", c.Source)
+	}
+	if parts[0] != c.Source {
+		return Errorf(CodeInvalidInput, "catalog id %q does not start with its source %q", c.ID, c.Source)
+	}
+	if c.Source != SourceClient {
+		if err := ValidateTool(c.Tool); err != nil {
+			return err
+		}
+		if IsCodeModeTool(c.Tool) {
+			return Errorf(CodeInvalidInput, "code mode's own tools cannot be in the catalog")
+		}
+	}
+	if c.Name == "" {
+		return Errorf(CodeInvalidInput, "catalog entry %q needs a name", c.ID)
+	}
+	for _, s := range []json.RawMessage{c.InputSchema, c.OutputSchema} {
+		if len(s) > 0 && !json.Valid(s) {
+			return Errorf(CodeInvalidInput, "catalog entry %q has a schema that is not JSON", c.ID)
+		}
+	}
+	return nil
+}
+
+// CatalogKey is the KV key of a catalog id (colons are not allowed in keys).
+func CatalogKey(id string) string { return strings.ReplaceAll(id, ":", ".") }
+
+// ToolResult is the input of a code_mode.result job: the outcome of one
+// nested call of a code-mode run, sent by the worker that ran it (or by the
+// requester, for a client tool).
+type ToolResult struct {
+	RunID  string          `json:"runId"`
+	CallID string          `json:"callId"`
+	JobID  string          `json:"jobId,omitempty"`
+	Status Status          `json:"status"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *Error          `json:"error,omitempty"`
+}
+
+// Validate checks a tool result that came from outside.
+func (r *ToolResult) Validate() error {
+	if err := ValidateID("runId", r.RunID); err != nil {
+		return err
+	}
+	if err := ValidateID("callId", r.CallID); err != nil {
+		return err
+	}
+	if r.JobID != "" {
+		if err := ValidateID("jobId", r.JobID); err != nil {
+			return err
+		}
+	}
+	if !r.Status.Terminal() {
+		return Errorf(CodeInvalidInput, "tool result status %q is not terminal", r.Status)
+	}
+	if r.Status == StatusCompleted && len(r.Result) > 0 && !json.Valid(r.Result) {
+		return Errorf(CodeInvalidInput, "tool result is not valid JSON")
+	}
+	return nil
+}
+
+// ToolResultJobID is the id of the code_mode.result job that reports the
+// end of nested job jobID; deterministic, so reporting twice enqueues once.
+func ToolResultJobID(jobID string) string {
+	if len(jobID) > MaxIDLength-2 {
+		jobID = jobID[:MaxIDLength-2]
+	}
+	return jobID + "-r"
+}
