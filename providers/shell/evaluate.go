@@ -75,6 +75,9 @@ func Evaluate(p Policy, in *Input) Decision {
 	if in == nil || strings.TrimSpace(in.Command) == "" {
 		return deny("empty command")
 	}
+	if strings.IndexByte(in.Command, 0) >= 0 || len(in.Command) > MaxCommandBytes {
+		return deny("command has a NUL byte or is longer than %d bytes", MaxCommandBytes)
+	}
 	host := in.Host
 	if host == "" {
 		host = HostSandbox
@@ -207,10 +210,15 @@ type analysis struct {
 	bins      []string
 	unlisted  []string
 	canonical bool
+	looked    map[string]string // name → resolved path ("" when not found)
+	real      map[string]string // resolved path → base name of its target
 }
 
 func newAnalysis(p *Policy) *analysis {
-	a := &analysis{p: p, allow: map[string]bool{}, safe: map[string]string{}, canonical: true}
+	a := &analysis{
+		p: p, allow: map[string]bool{}, safe: map[string]string{}, canonical: true,
+		looked: map[string]string{}, real: map[string]string{},
+	}
 	for _, e := range p.Allowlist {
 		a.allow[e] = true
 	}
@@ -284,14 +292,17 @@ func (a *analysis) file(f *syntax.File) string {
 		}
 		return true
 	})
-	parts := make([]string, 0, len(f.Stmts))
-	for _, st := range f.Stmts {
-		parts = append(parts, a.stmt(st))
+	var b strings.Builder
+	for i, st := range f.Stmts {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		a.stmt(&b, st)
 	}
-	if len(parts) == 0 {
+	if len(f.Stmts) == 0 {
 		a.noncanonical("empty command")
 	}
-	return strings.Join(parts, "; ")
+	return b.String()
 }
 
 // commandName refuses eval-like builtins and dynamic command names wherever
@@ -312,8 +323,7 @@ func (a *analysis) commandName(w *syntax.Word) {
 	}
 }
 
-func (a *analysis) stmt(st *syntax.Stmt) string {
-	var b strings.Builder
+func (a *analysis) stmt(b *strings.Builder, st *syntax.Stmt) {
 	if st.Negated {
 		b.WriteString("! ")
 	}
@@ -330,7 +340,7 @@ func (a *analysis) stmt(st *syntax.Stmt) string {
 	}
 	switch c := st.Cmd.(type) {
 	case *syntax.CallExpr:
-		b.WriteString(a.call(c))
+		a.call(b, c)
 	case *syntax.BinaryCmd:
 		var op string
 		switch c.Op {
@@ -344,15 +354,14 @@ func (a *analysis) stmt(st *syntax.Stmt) string {
 			a.noncanonical("|& (stderr into a pipe) is a redirection")
 			op = " |& "
 		}
-		x := a.stmt(c.X)
-		y := a.stmt(c.Y)
-		b.WriteString(x + op + y)
+		a.stmt(b, c.X)
+		b.WriteString(op)
+		a.stmt(b, c.Y)
 	case nil:
 		a.noncanonical("statement without a command")
 	default:
 		a.noncanonical(fmt.Sprintf("%s is not supported in allowlist mode", constructName(c)))
 	}
-	return b.String()
 }
 
 func constructName(c syntax.Command) string {
@@ -387,12 +396,13 @@ func constructName(c syntax.Command) string {
 	return fmt.Sprintf("%T", c)
 }
 
-// call resolves one simple command (one pipeline segment) and renders it.
-func (a *analysis) call(c *syntax.CallExpr) string {
+// call resolves one simple command (one pipeline segment) and renders it
+// into b.
+func (a *analysis) call(b *strings.Builder, c *syntax.CallExpr) {
 	if len(c.Assigns) > 0 {
 		if len(c.Args) == 0 {
 			a.noncanonical("variable assignment")
-			return ""
+			return
 		}
 		a.noncanonical("environment assignment before a command")
 	}
@@ -400,28 +410,28 @@ func (a *analysis) call(c *syntax.CallExpr) string {
 	if kind != wordLiteral {
 		a.canonical = false
 		a.miss("command name is not a literal word")
-		return ""
+		return
 	}
 	var resolved string
 	switch {
 	case name == "":
 		a.noncanonical("empty command name")
-		return ""
+		return
 	case strings.Contains(name, "/"):
 		if !cleanAbs(name) {
 			a.noncanonical(fmt.Sprintf("%q is not a clean absolute path (relative paths are not looked up)", clip(name)))
-			return ""
+			return
 		}
 		if !executable(name) {
 			a.noncanonical(fmt.Sprintf("%q is not an executable file", clip(name)))
-			return ""
+			return
 		}
 		resolved = name
 	default:
-		r, ok := a.p.LookPath(name)
+		r, ok := a.lookPath(name)
 		if !ok {
 			a.noncanonical(fmt.Sprintf("%q is not found on the fixed PATH (or is a shell builtin)", clip(name)))
-			return ""
+			return
 		}
 		resolved = r
 	}
@@ -449,10 +459,7 @@ func (a *analysis) call(c *syntax.CallExpr) string {
 	}
 
 	base := filepath.Base(resolved)
-	realBase := base
-	if rp, err := filepath.EvalSymlinks(resolved); err == nil {
-		realBase = filepath.Base(rp)
-	}
+	realBase := a.realBase(resolved)
 	switch {
 	case isWrapper(base) || isWrapper(realBase) || evalBuiltins[base]:
 		a.miss(fmt.Sprintf("%s runs another command; its inner command is not checked", resolved))
@@ -470,11 +477,36 @@ func (a *analysis) call(c *syntax.CallExpr) string {
 		a.miss(fmt.Sprintf("%s is not on the allowlist", resolved))
 		a.unlisted = appendUnique(a.unlisted, resolved)
 	}
-	words := make([]string, len(argv))
 	for i, s := range argv {
-		words[i] = quote(s)
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(quote(s))
 	}
-	return strings.Join(words, " ")
+}
+
+func (a *analysis) lookPath(name string) (string, bool) {
+	if r, ok := a.looked[name]; ok {
+		return r, r != ""
+	}
+	r, _ := a.p.LookPath(name)
+	a.looked[name] = r
+	return r, r != ""
+}
+
+// realBase is the base name of the file a resolved path links to. A link
+// to a wrapper is a wrapper. Busybox applets are links to one multi-call
+// binary that picks the applet by name: they are judged by their name.
+func (a *analysis) realBase(resolved string) string {
+	if r, ok := a.real[resolved]; ok {
+		return r
+	}
+	base := filepath.Base(resolved)
+	if rp, err := filepath.EvalSymlinks(resolved); err == nil && filepath.Base(rp) != "busybox" {
+		base = filepath.Base(rp)
+	}
+	a.real[resolved] = base
+	return base
 }
 
 func appendUnique(s []string, v string) []string {

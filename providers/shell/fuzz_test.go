@@ -130,3 +130,20 @@ func FuzzEvaluate(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkEvaluate(b *testing.B) {
+	pb := setupPolicy(b)
+	for name, cmd := range map[string]string{
+		"pipeline":      "ls -la | grep foo | sort -k2 | head -n 5",
+		"long pipeline": strings.Repeat("ls | ", 2000) + "ls",
+		"substitution":  "ls $(rm -rf /)",
+	} {
+		in := &Input{Command: cmd}
+		in.ApplyDefaults()
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				_ = Evaluate(pb.policy, in)
+			}
+		})
+	}
+}

@@ -17,6 +17,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/toolq/toolq/contracts"
 )
 
@@ -176,6 +178,11 @@ func (r *Runner) Run(ctx context.Context, plan *Plan) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
+		wd, err := openNoSymlinks(workdir)
+		if err != nil {
+			return nil, err
+		}
+		defer wd.Close()
 		pr, pw, err := os.Pipe()
 		if err != nil {
 			return nil, contracts.Errorf(contracts.CodeInternalError, "pipe: %v", err)
@@ -184,7 +191,7 @@ func (r *Runner) Run(ctx context.Context, plan *Plan) (*Result, error) {
 		status = pr
 		cmd = exec.Command(bw, r.bwrapArgs(plan, workdir, env)...)
 		cmd.Env = []string{} // the sandbox gets its env through --setenv only
-		cmd.ExtraFiles = []*os.File{pw}
+		cmd.ExtraFiles = []*os.File{pw, wd}
 		defer pw.Close()
 	}
 	cmd.Stdin = nil
@@ -377,7 +384,10 @@ func (r *Runner) bwrapArgs(pl *Plan, workdir string, env []string) []string {
 	}
 	args = append(args,
 		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-		"--bind", workdir, workdir, "--chdir", workdir,
+		// fd 4 is the workdir opened without following symbolic links, so
+		// a link swapped in after the policy check cannot redirect the
+		// only writable bind to another host directory.
+		"--bind-fd", "4", workdir, "--chdir", workdir,
 		// The root is bwrap's own tmpfs; make it read-only too, so /etc,
 		// /var or the workdir's parents are not scratch space.
 		"--remount-ro", "/",
@@ -388,6 +398,22 @@ func (r *Runner) bwrapArgs(pl *Plan, workdir string, env []string) []string {
 	}
 	args = append(args, "--json-status-fd", "3", "--", pl.Shell, "-c", pl.Script)
 	return args
+}
+
+// openNoSymlinks opens dir as an O_PATH descriptor, refusing a symbolic
+// link in any component of the path.
+func openNoSymlinks(dir string) (*os.File, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		if errors.Is(err, unix.ENOSYS) {
+			return nil, contracts.Errorf(contracts.CodeRuntimeUnavailable, "openat2 is not available (Linux 5.6 or later is needed for the sandbox)")
+		}
+		return nil, contracts.Errorf(contracts.CodeRuntimeUnavailable, "workdir %q: %v (symbolic links are not followed)", clip(dir), err)
+	}
+	return os.NewFile(uintptr(fd), dir), nil
 }
 
 // bwrapExit finds the command's exit code in bwrap's JSON status stream;

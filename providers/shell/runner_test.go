@@ -271,10 +271,21 @@ func TestSandboxFailsClosed(t *testing.T) {
 	require.ErrorIs(t, err, contracts.ErrRuntimeUnavailable)
 	require.Contains(t, err.Error(), "Permission denied")
 
-	// A real bwrap whose mount set-up fails.
+	// A workdir reached through a symbolic link (swapped in after the
+	// policy check) is not bound.
 	b = setupRun(t, nil)
-	pl := b.plan(HostSandbox, "echo hi", 5*time.Second)
-	pl.Workdir = filepath.Join(t.TempDir(), "gone")
+	link := filepath.Join(t.TempDir(), "link")
+	require.NoError(t, os.Symlink(t.TempDir(), link))
+	pl := b.plan(HostSandbox, "echo x > f", 5*time.Second)
+	pl.Workdir = link
+	_, err = b.runner.Run(context.Background(), pl)
+	require.ErrorIs(t, err, contracts.ErrRuntimeUnavailable)
+	require.Contains(t, err.Error(), "symbolic links")
+
+	// A real bwrap whose mount set-up fails.
+	b = setupRun(t, &RunnerConfig{SandboxReadOnly: []string{"/usr"}}) // no /bin/bash link
+	pl = b.plan(HostSandbox, "echo hi", 5*time.Second)
+	pl.Shell = "/bin/bash"
 	_, err = b.runner.Run(context.Background(), pl)
 	require.ErrorIs(t, err, contracts.ErrRuntimeUnavailable)
 }
