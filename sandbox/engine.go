@@ -147,6 +147,7 @@ func NewEngine(ctx context.Context, cfg *EngineConfig) (*Engine, error) {
 		CompilationCacheDir: cacheDir,
 		MemoryLimitPages:    pages,
 		Setup:               setupImage,
+		GCThreshold:         gcThreshold,
 	})
 	if err != nil {
 		return nil, contracts.Errorf(contracts.CodeRuntimeUnavailable, "code mode runtime unavailable: %v", err)
@@ -165,6 +166,11 @@ func NewEngine(ctx context.Context, cfg *EngineConfig) (*Engine, error) {
 	e.pool = engine.NewPool(rt, size)
 	return e, nil
 }
+
+// gcThreshold lets a run allocate a few MiB before QuickJS first collects:
+// the image sits close to the default threshold, so every run would
+// otherwise pay a full collection within its first allocations.
+var gcThreshold uint32 = 4 << 20
 
 // setupImage evaluates the guest runtime in the image VM and keeps its
 // install and start functions.

@@ -28,6 +28,9 @@ type Config struct {
 	MemoryLimitPages uint32
 	// InitMask is passed to qjs_init2 (intrinsics); zero means all.
 	InitMask uint32
+	// GCThreshold, when set, is the QuickJS heap size that triggers the
+	// first collection in a VM restored from the image.
+	GCThreshold uint32
 	// Setup runs once in the image VM after qjs_init, before the image is
 	// captured. It returns the values the host keeps (their box addresses
 	// stay valid in every VM restored from the image).
@@ -143,6 +146,11 @@ func (rt *Runtime) init(ctx context.Context, cfg Config) error {
 	}
 	if err := vm.RunGC(cctx); err != nil {
 		return err
+	}
+	if cfg.GCThreshold > 0 {
+		if err := vm.SetGCThreshold(cctx, cfg.GCThreshold); err != nil {
+			return err
+		}
 	}
 	regs, err := vm.Registers(cctx)
 	if err != nil {

@@ -74,7 +74,7 @@ type exports struct {
 	newHostFunction, newPromise, isJobPending, executePendingJob, throw,
 	newError, setMemoryLimit, setMaxStackSize, setInterruptHandler,
 	getAllocatedSize, runGC, getRuntimePtr, getContextPtr,
-	setRuntimeAndContext, isObject, isString api.Function
+	setRuntimeAndContext, isObject, isString, setGCThreshold, getGCThreshold api.Function
 }
 
 func newVM(rt *Runtime, mod api.Module) (*VM, error) {
@@ -108,7 +108,8 @@ func newVM(rt *Runtime, mod api.Module) (*VM, error) {
 		getAllocatedSize: get("qjs_get_allocated_size"), runGC: get("qjs_run_gc"),
 		getRuntimePtr: get("qjs_get_runtime_ptr"), getContextPtr: get("qjs_get_context_ptr"),
 		setRuntimeAndContext: get("qjs_set_runtime_and_context"), isObject: get("qjs_is_object"),
-		isString: get("qjs_is_string"),
+		isString: get("qjs_is_string"), setGCThreshold: get("qjs_set_gc_threshold"),
+		getGCThreshold: get("qjs_get_gc_threshold"),
 	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("quickjs.wasm lacks exports %s", strings.Join(missing, ", "))
@@ -522,6 +523,18 @@ func (vm *VM) SetMaxStackSize(ctx context.Context, n uint32) error {
 func (vm *VM) AllocatedSize(ctx context.Context) (uint32, error) {
 	r, err := vm.call1(ctx, vm.fn.getAllocatedSize)
 	return uint32(r), err
+}
+
+// GCThreshold returns the heap size that triggers the next collection.
+func (vm *VM) GCThreshold(ctx context.Context) (uint32, error) {
+	r, err := vm.call1(ctx, vm.fn.getGCThreshold)
+	return uint32(r), err
+}
+
+// SetGCThreshold sets the heap size that triggers the next collection.
+func (vm *VM) SetGCThreshold(ctx context.Context, n uint32) error {
+	_, err := vm.call(ctx, vm.fn.setGCThreshold, uint64(n))
+	return err
 }
 
 // RunGC runs the QuickJS garbage collector.
