@@ -67,6 +67,20 @@ type Policy struct {
 	AllowDynamicCommand bool `json:"allowDynamicCommand,omitempty"`
 }
 
+// WithAllowed returns a copy of p with bins added to the allowlist: what an
+// "approve --always" decision does with Approval.Unlisted. Entries that are
+// not clean absolute paths, wrappers or duplicates are left out.
+func (p Policy) WithAllowed(bins ...string) Policy {
+	p.Allowlist = slices.Clone(p.Allowlist)
+	for _, b := range bins {
+		if !cleanAbs(b) || isWrapper(filepath.Base(b)) || slices.Contains(p.Allowlist, b) {
+			continue
+		}
+		p.Allowlist = append(p.Allowlist, b)
+	}
+	return p
+}
+
 // DefaultSecurity is the seed's default mode for a host: deny for the
 // sandbox, allowlist for the worker host.
 func DefaultSecurity(h Host) Security {

@@ -376,6 +376,23 @@ func TestEffectiveOnlyTightens(t *testing.T) {
 	require.Equal(t, "/usr/bin/ls", worker.Allowlist[0])
 }
 
+func TestApproveAlwaysAllowlists(t *testing.T) {
+	t.Parallel()
+	b := setupPolicy(t)
+	in := &Input{Command: "rm -rf x | sort -o y"}
+	in.ApplyDefaults()
+	d := Evaluate(b.policy, in)
+	require.Equal(t, NeedsApproval, d.Outcome)
+	require.Equal(t, []string{b.bin + "/rm", b.bin + "/sort"}, d.Unlisted)
+
+	wider := b.policy.WithAllowed(append(d.Unlisted, "relative", b.bin+"/xargs", b.bin+"/rm")...)
+	require.Len(t, b.policy.Allowlist, len(wider.Allowlist)-2, "the original policy is not changed")
+	require.Equal(t, Allow, Evaluate(wider, in).Outcome)
+	in = &Input{Command: "ls | xargs rm"}
+	in.ApplyDefaults()
+	require.Equal(t, NeedsApproval, Evaluate(wider, in).Outcome, "a wrapper never passes")
+}
+
 func TestPolicyValidate(t *testing.T) {
 	t.Parallel()
 	bad := []Policy{
