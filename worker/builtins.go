@@ -17,8 +17,26 @@ const (
 // MaxSleep is the longest sleep the sleep tool accepts.
 const MaxSleep = time.Hour
 
-func builtins() map[string]Handler {
-	return map[string]Handler{ToolNoop: HandlerFunc(noop), ToolSleep: HandlerFunc(sleep)}
+type builtin struct {
+	handler Handler
+	catalog *contracts.CatalogTool
+}
+
+func builtins() map[string]builtin {
+	return map[string]builtin{
+		ToolNoop: {HandlerFunc(noop), &contracts.CatalogTool{
+			Label:        "No-op",
+			Description:  "Return the input unchanged (diagnostics).",
+			InputSchema:  json.RawMessage(`{}`),
+			OutputSchema: json.RawMessage(`{}`),
+		}},
+		ToolSleep: {HandlerFunc(sleep), &contracts.CatalogTool{
+			Label:        "Sleep",
+			Description:  "Wait the given milliseconds, honouring cancellation (diagnostics).",
+			InputSchema:  json.RawMessage(`{"type":"object","properties":{"ms":{"type":"integer","minimum":0,"maximum":3600000}},"required":["ms"],"additionalProperties":false}`),
+			OutputSchema: json.RawMessage(`{"type":"object","properties":{"slept_ms":{"type":"integer"}},"required":["slept_ms"],"additionalProperties":false}`),
+		}},
+	}
 }
 
 // noop returns its input as its result.

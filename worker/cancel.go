@@ -162,6 +162,14 @@ func (w *Worker) reapExhausted(adv maxDeliveriesAdvisory) {
 			fe.Data.Error = werr
 			if _, err := w.events.Publish(ctx, fe, seq, ""); err != nil {
 				w.log.Debug("max deliveries: failed event", slog.Any("err", err))
+			} else {
+				ev = fe
+			}
+		}
+		if ev != nil && ev.Data.Status.Terminal() {
+			if err := w.notifyParent(ctx, job, ev); err != nil {
+				w.log.Warn("max deliveries: parent run not told", slog.Any("err", err))
+				return
 			}
 		}
 	}

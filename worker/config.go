@@ -53,6 +53,16 @@ type ToolConfig struct {
 	MaxAckPending int
 	// Retry is the retry policy.
 	Retry RetryPolicy
+	// Ready, when set, gates pulling: while it returns false (say, every
+	// provider's breaker is open) the worker takes no new jobs of this tool.
+	// It is polled every ReadyInterval (250 ms by default).
+	Ready         func() bool
+	ReadyInterval time.Duration
+	// Catalog describes the tool to code-mode runs; the worker registers it
+	// in the toolq_catalog bucket at Start. ID defaults to toolq:core:<tool>
+	// (dots become "_"), Source to toolq, Name to the tool. Nil keeps the
+	// tool out of the catalog.
+	Catalog *contracts.CatalogTool
 }
 
 // RetryPolicy is exponential backoff with jitter for retryable failures.
@@ -148,6 +158,9 @@ func (c ToolConfig) withDefaults(def ToolConfig) (ToolConfig, error) {
 	}
 	if c.MaxAckPending == 0 {
 		c.MaxAckPending = def.MaxAckPending
+	}
+	if c.ReadyInterval == 0 {
+		c.ReadyInterval = 250 * time.Millisecond
 	}
 	var err error
 	if c.Retry, err = c.Retry.withDefaults(def.Retry); err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -74,7 +75,11 @@ type tool struct {
 	handler Handler
 	cfg     ToolConfig
 	sem     chan struct{}
-	cc      jetstream.ConsumeContext
+	cons    jetstream.Consumer
+
+	ccMu   sync.Mutex
+	cc     jetstream.ConsumeContext // nil while paused
+	closed bool
 }
 
 type inflight struct {
@@ -113,8 +118,8 @@ func New(nc *nats.Conn, cfg *Config) (*Worker, error) {
 		stopped:  make(chan struct{}),
 	}
 	if !c.DisableBuiltins {
-		for name, h := range builtins() {
-			if err := w.Register(name, h, nil); err != nil {
+		for name, b := range builtins() {
+			if err := w.Register(name, b.handler, &ToolConfig{Catalog: b.catalog}); err != nil {
 				return nil, err
 			}
 		}
@@ -211,6 +216,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.subs = append(w.subs, sub)
 
+	if err := w.registerCatalog(ctx); err != nil {
+		w.abortStart()
+		return err
+	}
 	for _, t := range w.tools {
 		if err := w.startTool(ctx, t); err != nil {
 			w.abortStart()
@@ -244,7 +253,66 @@ func (w *Worker) startTool(ctx context.Context, t *tool) error {
 	if err != nil {
 		return fmt.Errorf("worker: consumer for %s: %w", t.name, err)
 	}
-	t.cc, err = cons.Consume(func(msg jetstream.Msg) {
+	t.cons = cons
+	if t.cfg.Ready != nil {
+		w.loops.Add(1)
+		go w.gate(t)
+		return nil
+	}
+	if err := w.resume(t); err != nil {
+		return fmt.Errorf("worker: consume %s: %w", t.name, err)
+	}
+	return nil
+}
+
+// registerCatalog writes the catalog entries of the tools that have one.
+func (w *Worker) registerCatalog(ctx context.Context) error {
+	var kv jetstream.KeyValue
+	for _, t := range w.tools {
+		c := t.cfg.Catalog
+		if c == nil || contracts.IsCodeModeTool(t.name) {
+			continue
+		}
+		if kv == nil {
+			var err error
+			if kv, err = w.js.KeyValue(ctx, w.cfg.Subjects.Bucket("catalog")); err != nil {
+				return fmt.Errorf("worker: catalog bucket: %w", err)
+			}
+		}
+		entry := *c
+		entry.Tool = t.name
+		if entry.Source == "" {
+			entry.Source = contracts.SourceToolq
+		}
+		if entry.Name == "" {
+			entry.Name = strings.ReplaceAll(t.name, ".", "_")
+		}
+		if entry.ID == "" {
+			entry.ID = entry.Source + ":core:" + strings.ReplaceAll(t.name, ".", "_")
+		}
+		entry.UpdatedAt = time.Now().UTC()
+		if err := entry.Validate(); err != nil {
+			return fmt.Errorf("worker: catalog entry of %s: %w", t.name, err)
+		}
+		data, err := json.Marshal(entry)
+		if err != nil {
+			return err
+		}
+		if _, err := kv.Put(ctx, contracts.CatalogKey(entry.ID), data); err != nil {
+			return fmt.Errorf("worker: register %s in the catalog: %w", entry.ID, err)
+		}
+	}
+	return nil
+}
+
+// resume starts pulling jobs of t (again).
+func (w *Worker) resume(t *tool) error {
+	t.ccMu.Lock()
+	defer t.ccMu.Unlock()
+	if t.closed || t.cc != nil {
+		return nil
+	}
+	cc, err := t.cons.Consume(func(msg jetstream.Msg) {
 		t.sem <- struct{}{}
 		w.wg.Add(1)
 		go func() {
@@ -257,9 +325,56 @@ func (w *Worker) startTool(ctx context.Context, t *tool) error {
 			w.log.Debug("consume", slog.String("tool", t.name), slog.Any("err", err))
 		}))
 	if err != nil {
-		return fmt.Errorf("worker: consume %s: %w", t.name, err)
+		return err
 	}
+	t.cc = cc
 	return nil
+}
+
+// pause stops pulling jobs of t; jobs already taken finish.
+func (w *Worker) pause(t *tool, closing bool) jetstream.ConsumeContext {
+	t.ccMu.Lock()
+	defer t.ccMu.Unlock()
+	if closing {
+		t.closed = true
+	}
+	cc := t.cc
+	t.cc = nil
+	if cc != nil {
+		cc.Drain()
+	}
+	return cc
+}
+
+// gate pauses and resumes pulling jobs of t as its Ready function says.
+func (w *Worker) gate(t *tool) {
+	defer w.loops.Done()
+	tick := time.NewTicker(t.cfg.ReadyInterval)
+	defer tick.Stop()
+	paused := true
+	for {
+		ready := t.cfg.Ready()
+		switch {
+		case ready && paused:
+			if err := w.resume(t); err != nil {
+				w.log.Warn("resume pulling", slog.String("tool", t.name), slog.Any("err", err))
+			} else {
+				paused = false
+				w.log.Info("tool ready: pulling jobs", slog.String("tool", t.name))
+			}
+		case !ready && !paused:
+			if cc := w.pause(t, false); cc != nil {
+				<-cc.Closed()
+			}
+			paused = true
+			w.log.Warn("tool not ready: stopped pulling jobs", slog.String("tool", t.name))
+		}
+		select {
+		case <-w.runCtx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // Stopped is closed when the worker has stopped.
@@ -308,9 +423,8 @@ func (w *Worker) Stop(ctx context.Context) error {
 func (w *Worker) stopPulling() {
 	var ccs []jetstream.ConsumeContext
 	for _, t := range w.tools {
-		if t.cc != nil {
-			t.cc.Drain()
-			ccs = append(ccs, t.cc)
+		if cc := w.pause(t, true); cc != nil {
+			ccs = append(ccs, cc)
 		}
 	}
 	for _, cc := range ccs {
@@ -390,7 +504,7 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		}
 		if ev != nil && ev.Data.Status.Terminal() {
 			log.Debug("redelivered job already ended; answering from its event", slog.String("status", string(ev.Data.Status)))
-			_ = msg.Ack()
+			w.ackEnded(log, msg, job, ev)
 			return
 		}
 		lastSeq = seq
@@ -556,11 +670,55 @@ func (w *Worker) finish(log *slog.Logger, msg jetstream.Msg, job *contracts.Job,
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
+	if err := w.notifyParent(ctx, job, ev); err != nil {
+		log.Warn("parent run not told; handing the job back", slog.Any("err", err))
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
 	if status == contracts.StatusFailed {
 		_ = msg.TermWithReason(string(werr.Code))
 		return
 	}
 	_ = msg.Ack()
+}
+
+// ackEnded acknowledges a job that already has its terminal event ev,
+// telling its parent run first (again: that report is deduplicated).
+func (w *Worker) ackEnded(log *slog.Logger, msg jetstream.Msg, job *contracts.Job, ev *contracts.Event) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.notifyParent(ctx, job, ev); err != nil {
+		log.Warn("parent run not told; handing the job back", slog.Any("err", err))
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	_ = msg.Ack()
+}
+
+// notifyParent reports the end of a nested call to its code-mode run as a
+// code_mode.result job, deduplicated by a deterministic id.
+func (w *Worker) notifyParent(ctx context.Context, job *contracts.Job, ev *contracts.Event) error {
+	if job.Parent == nil {
+		return nil
+	}
+	tr := contracts.ToolResult{
+		RunID: job.Parent.RunID, CallID: job.Parent.CallID, JobID: job.ID,
+		Status: ev.Data.Status, Result: ev.Data.Result, Error: ev.Data.Error,
+	}
+	input, err := json.Marshal(tr)
+	if err != nil {
+		return err
+	}
+	nj := contracts.Job{
+		ID: contracts.ToolResultJobID(job.ID), Tool: contracts.ToolCodeModeResult, Session: job.Session,
+		Input: input, CreatedAt: time.Now().UTC(),
+	}
+	data, err := json.Marshal(nj)
+	if err != nil {
+		return err
+	}
+	_, err = w.js.Publish(ctx, w.cfg.Subjects.Job(nj.Tool), data, jetstream.WithMsgID(nj.ID))
+	return err
 }
 
 // park publishes a parked event and acknowledges the message: the job's
@@ -628,7 +786,7 @@ func (w *Worker) endedElsewhere(log *slog.Logger, msg jetstream.Msg, job *contra
 		return false
 	}
 	log.Debug("job already ended elsewhere", slog.String("status", string(ev.Data.Status)))
-	_ = msg.Ack()
+	w.ackEnded(log, msg, job, ev)
 	return true
 }
 

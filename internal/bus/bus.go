@@ -114,14 +114,27 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 			return err
 		}
 	}
-	_, err := ensureKV(ctx, js, jetstream.KeyValueConfig{
+	if _, err := ensureKV(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      cfg.Subjects.Bucket("cancels"),
 		Description: "cancelled job ids; a queued job in here never starts",
 		TTL:         cfg.EventsMaxAge,
 		Storage:     cfg.Storage,
 		Replicas:    cfg.Replicas,
+	}); err != nil {
+		return err
+	}
+	_, err := ensureKV(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      cfg.Subjects.Bucket("catalog"),
+		Description: "tools code-mode runs can see and call",
+		Storage:     cfg.Storage,
+		Replicas:    cfg.Replicas,
 	})
 	return err
+}
+
+// EnsureKV creates or updates a bucket; safe from many processes at once.
+func EnsureKV(ctx context.Context, js jetstream.JetStream, kc jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	return ensureKV(ctx, js, kc)
 }
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
