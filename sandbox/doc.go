@@ -1,0 +1,74 @@
+// Package sandbox runs code-mode programs: model-written JavaScript or
+// TypeScript executed in QuickJS-NG compiled to WebAssembly (the quickjs.wasm
+// of the npm package quickjs-wasi 3.7.0) on wazero, with the guest runtime
+// of seed 001 (ALL_TOOLS, tools, MCP, namespaces, API, text, json,
+// yield_control). A run that awaits tool calls is frozen into a signed
+// snapshot and resumed later, in any process holding the same key.
+//
+// The package imports no messaging: the bus side stores snapshots and feeds
+// settlements back.
+//
+// # Engine
+//
+// One Engine per process. NewEngine compiles quickjs.wasm once (wazero's
+// on-disk compilation cache makes later starts fast), evaluates the guest
+// runtime in a first VM and keeps that VM's memory as the clean post-init
+// image. Every run gets a VM holding that image: a warm one from the pool, or
+// a fresh module instance the image is copied into. A VM that trapped is
+// closed, never reused; a healthy one gets the image copied back after its
+// run. Without quickjs.wasm (fetched by `make wasm`, which runs
+// scripts/fetch-quickjs.sh) NewEngine fails with runtime_unavailable.
+//
+// # Exec
+//
+// Engine.Exec validates the Input as seed 001 says (one of code and command,
+// equal when both are set; language javascript, the default, or typescript,
+// transpiled by esbuild without type checking), refuses import, require,
+// dynamic import and module-loader forms with invalid_input, and runs the
+// code as the body of an async function: top-level await and return work.
+// The run ends completed (the returned value, as JSON), failed (error and,
+// for host-side causes, one of the seed's codes) or waiting.
+//
+// # Guest runtime
+//
+// The guest sees ALL_TOOLS (compact entries of every non-MCP tool of the
+// run's Catalog), tools.search/describe/call/callValue, tools.<safeName> for
+// unambiguous names that do not shadow a helper, MCP.<server>.<tool> and
+// MCP.<server>.$api() for tools of source "mcp", namespaces.mcp, API.list and
+// API.read over generated MCP declarations, text(), json() and
+// yield_control(). There is no eval, Function constructor, module loader,
+// file system, network, environment or timer. Host values cross only as JSON
+// text; host errors become plain Errors. tools.call resolves with {ok, value}
+// or {ok: false, error}; callValue resolves with the value or throws.
+//
+// # Bridge
+//
+// A Bridge serves search, describe and call. Embed CatalogBridge for the
+// default ranked search and describe over the run's catalog. Call answers a
+// ToolCall at once or marks it pending; a pending call becomes a pending
+// promise in the guest and a PendingToolCall in the waiting Result.
+//
+// # Snapshots and resume
+//
+// When the guest is idle with pending calls (or after yield_control), Exec
+// returns a waiting Result and a snapshot: the VM's memory as a delta (XOR)
+// against the post-init image, zstd-compressed, with the host's bookkeeping
+// (catalog, limits, pending call ids and their resolvers, output so far,
+// telemetry), HMAC-SHA256-signed, under a versioned header carrying the
+// sha256 of the wasm build and of the image. A snapshot is self-contained:
+// Engine.Resume needs only the blob, the settlements and a Bridge. It
+// refuses a bad signature, another build or a malformed blob with
+// internal_error, one above maxSnapshotBytes with snapshot_limit_exceeded,
+// settles the calls in the order given (draining the job queue after each,
+// as if the results had arrived live) and ends completed, failed or waiting
+// again. Restores of one snapshot replay its Math.random sequence.
+//
+// # Limits
+//
+// Limits follow seed 001: timeoutMs per exec or resume slice (enforced by
+// QuickJS's interrupt handler, so that catch blocks cannot swallow it),
+// memoryLimitBytes (QuickJS heap; the wasm memory is capped at 2.5× the
+// engine's maximum plus 2 MiB), maxOutputBytes (text, json and the returned
+// value together), maxSnapshotBytes, maxPendingToolCalls, searchDefaultLimit
+// and maxSearchLimit.
+package sandbox
