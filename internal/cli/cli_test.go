@@ -123,3 +123,26 @@ func TestReadAnchors(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[string]float64{"nats_js_pub_async": 69952, "asynq_e2e_latency_p50": 546}, a)
 }
+
+func TestWorkerRunsCodeExecutionWithoutCredentials(t *testing.T) {
+	for _, k := range []string{"XAI_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "ANTHROPIC_API_KEY"} {
+		t.Setenv(k, "")
+	}
+	srv := testutil.StartJetStream(t)
+	g := &globals{prefix: contracts.DefaultPrefix, log: slog.New(slog.NewTextHandler(io.Discard, nil)), stdout: io.Discard, stderr: io.Discard}
+	nc := srv.Connect(t)
+	w, err := newWorker(g, nc, &workerFlags{concurrency: 4, replicas: 1, stopTimeout: time.Second})
+	require.NoError(t, err)
+	require.Contains(t, w.Tools(), "code_execution")
+	require.NoError(t, w.Start(testutil.Context(t, 10*time.Second)))
+	defer func() { require.NoError(t, w.Stop(testutil.Context(t, 10*time.Second))) }()
+
+	code, out, _ := run(t, "--nats", srv.ClientURL(), "submit", "--tool", "code_execution", "--input", `{"task":"mean of 1,2,3"}`, "--wait")
+	require.Equal(t, 1, code)
+	var ev contracts.Event
+	require.NoError(t, json.Unmarshal([]byte(out), &ev))
+	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+	require.Equal(t, contracts.CodeMissingCredentials, ev.Data.Error.Code)
+	require.Contains(t, string(ev.Data.Error.Details), "missing_xai_api_key")
+	require.Equal(t, 1, ev.Data.Attempt, "missing credentials are not retried")
+}

@@ -40,7 +40,7 @@ func newWorker(g *globals, nc *nats.Conn, f *workerFlags) (*worker.Worker, error
 	if err != nil {
 		return nil, err
 	}
-	if err := registerTools(g, w); err != nil {
+	if err := registerTools(g, w, nc.Publish); err != nil {
 		return nil, err
 	}
 	return w, nil
