@@ -212,6 +212,11 @@ func (t *CodeExecution) Status() []ProviderStatus {
 // Accepting reports whether any enabled provider is available; while it is
 // false every job would fail fast, so the worker should stop pulling.
 func (t *CodeExecution) Accepting() bool {
+	if len(t.order) == 0 {
+		// Nothing is enabled: take jobs, so that each gets its structured
+		// missing-credentials answer at once instead of waiting forever.
+		return true
+	}
 	for _, p := range t.order {
 		if t.Available(p) {
 			return true

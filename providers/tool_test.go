@@ -158,7 +158,7 @@ func TestMissingCredentialsPayloadShape(t *testing.T) {
 		}
 	})
 	require.Equal(t, "xai", b.tool.DefaultProvider())
-	require.False(t, b.tool.Accepting())
+	require.True(t, b.tool.Accepting(), "with nothing enabled jobs are taken and answered with the missing-credentials payload")
 	_, err := b.run(t, map[string]any{"task": "t"})
 	require.NotNil(t, err)
 	require.JSONEq(t, `{
