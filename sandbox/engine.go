@@ -72,7 +72,8 @@ type EngineConfig struct {
 	// Limits are the defaults of runs; zero fields take DefaultLimits.
 	Limits Limits
 	// MaxMemoryLimitBytes is the largest memoryLimitBytes a run may ask for;
-	// it sizes the wasm page cap (2.5× + 2 MiB). Default: Limits.MemoryLimitBytes.
+	// it sizes the wasm page cap (2.5× + 2 MiB). At most 1 GiB. Default:
+	// Limits.MemoryLimitBytes.
 	MaxMemoryLimitBytes int64
 	// StackSizeBytes is the QuickJS stack limit (≤ 512 KiB). Default 256 KiB.
 	StackSizeBytes int
@@ -114,6 +115,9 @@ func NewEngine(ctx context.Context, cfg *EngineConfig) (*Engine, error) {
 	e.maxMem = cfg.MaxMemoryLimitBytes
 	if e.maxMem <= 0 {
 		e.maxMem = e.limits.MemoryLimitBytes
+	}
+	if e.maxMem > 1<<30 {
+		return nil, errors.New("sandbox: MaxMemoryLimitBytes exceeds 1 GiB")
 	}
 	if e.limits.MemoryLimitBytes > e.maxMem {
 		return nil, fmt.Errorf("sandbox: Limits.MemoryLimitBytes %d exceeds MaxMemoryLimitBytes %d", e.limits.MemoryLimitBytes, e.maxMem)

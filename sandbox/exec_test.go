@@ -101,7 +101,8 @@ func TestExecFailures(t *testing.T) {
 		{"never settles", "await new Promise(() => {})", "", "nothing will settle"},
 		{"failing tool", "return await tools.callValue('openclaw:core:explode', {})", "", "Error: tool exploded"},
 		{"unknown tool", "return await tools.callValue('openclaw:core:nope', {})", "", "not in this run's catalog"},
-		{"mcp id via tools", "return await tools.describe('mcp:github:create_issue')", "", "unknown tool"},
+		{"mcp id via tools.describe", "return await tools.describe('mcp:github:create_issue')", "", "unknown tool"},
+		{"mcp id via tools.callValue", "return await tools.callValue('mcp:github:create_issue', {})", "", "call it as MCP.github.createIssue(input)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -221,6 +222,7 @@ func TestGuestRuntime(t *testing.T) {
 		{"tools frozen", `"use strict"; try { tools.search = 1 } catch (e) { return e.name } return "writable"`, `"TypeError"`},
 		{"MCP namespace", `return [Object.keys(MCP), Object.keys(MCP.github).sort(), typeof namespaces.mcp.github.createIssue]`,
 			`[["github"],["$api","createIssue"],"function"]`},
+		{"MCP call", `const [r] = await Promise.all([MCP.github.createIssue({owner: "o", repo: "r", title: "t"}), null]); return r`, `{"number":7}`},
 		{"MCP $api", `return (await MCP.github.$api()).includes("function createIssue(input: { owner: string; repo: string; title: string }): Promise<McpToolResult>")`, `true`},
 		{"API list and read", `const files = await API.list("mcp"); return [files, (await API.read(files[0])).startsWith("declare namespace MCP.github")]`,
 			`[["mcp/github.d.ts"],true]`},

@@ -80,6 +80,9 @@ func newBridge() *memBridge {
 			return sandbox.CallOutcome{Value: json.RawMessage(
 				`[{"id":"s1","paid":false,"tons":12},{"id":"s2","paid":true,"tons":30},{"id":"s3","paid":false,"tons":4}]`)}
 		},
+		"mcp:github:create_issue": func(json.RawMessage) sandbox.CallOutcome {
+			return sandbox.CallOutcome{Value: json.RawMessage(`{"number":7}`)}
+		},
 		"openclaw:core:explode": func(json.RawMessage) sandbox.CallOutcome {
 			return sandbox.CallOutcome{Error: "tool exploded"}
 		},

@@ -99,6 +99,9 @@
   async function callValue(id, input) {
     return unwrap(await settle(op("call", { id: _String(id), input: input === undefined ? null : input })));
   }
+  async function callMCP(id, input) {
+    return unwrap(await settle(op("call", { id: id, input: input === undefined ? null : input, mcp: true })));
+  }
   async function search(query, options) {
     let limit = 0;
     if (options !== null && typeof options === "object" && options.limit !== undefined) {
@@ -164,7 +167,7 @@
       for (const fn of O.keys(spec.tools || {})) {
         const id = spec.tools[fn];
         ns[fn] = function (input) {
-          return callValue(id, input);
+          return callMCP(id, input);
         };
       }
       const declaration = _String(spec.declaration || "");

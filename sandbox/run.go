@@ -533,6 +533,7 @@ func (r *run) call(ctx context.Context, payload string) (engine.Value, error) {
 	var q struct {
 		ID    string          `json:"id"`
 		Input json.RawMessage `json:"input"`
+		MCP   bool            `json:"mcp"`
 	}
 	if err := json.Unmarshal([]byte(toUTF8(payload)), &q); err != nil {
 		return 0, fmt.Errorf("tool call: %w", err)
@@ -540,6 +541,9 @@ func (r *run) call(ctx context.Context, payload string) (engine.Value, error) {
 	t, ok := r.cat.Lookup(q.ID)
 	if !ok {
 		return 0, fmt.Errorf("unknown tool %q: it is not in this run's catalog", q.ID)
+	}
+	if t.Source == SourceMCP && !q.MCP {
+		return 0, fmt.Errorf("tool %q is an MCP tool: call it as MCP.%s.%s(input)", q.ID, camelName(mcpServerName(t)), camelName(t.Name))
 	}
 	input := compact(q.Input)
 	if len(input) == 0 {

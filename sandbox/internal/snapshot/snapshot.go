@@ -26,6 +26,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -75,12 +76,13 @@ type Codec struct {
 
 // NewCodec returns a codec. maxMemory bounds the memory a snapshot may hold.
 func NewCodec(key []byte, wasmSHA, imageSHA [32]byte, image []byte, maxMemory int) (*Codec, error) {
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
+	n := runtime.GOMAXPROCS(0)
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(n),
 		zstd.WithLowerEncoderMem(true))
 	if err != nil {
 		return nil, err
 	}
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(maxMemory)+64<<20))
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(n), zstd.WithDecoderMaxMemory(uint64(maxMemory)+64<<20))
 	if err != nil {
 		enc.Close()
 		return nil, err
