@@ -192,3 +192,26 @@ text(v); json(v); json(doc); return [v, typeof v, doc];`, sandbox.Limits{})
 		require.True(t, utf8.Valid(res))
 	})
 }
+
+func TestResumeTimesOut(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	out := b.exec(t, `const v = await tools.slow_add({}); if (v === "spin") { while (true) {} } return v`, sandbox.Limits{TimeoutMs: 200})
+	require.Equal(t, sandbox.StatusWaiting, out.Result.Status)
+	requireFailed(t, b.resume(t, out.Snapshot, ok("call_1", "spin")), "timeout", "timed out after 200 ms")
+	requireCompleted(t, b.resume(t, out.Snapshot, ok("call_1", "fine")), `"fine"`)
+}
+
+func TestEngineConfig(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, err := sandbox.NewEngine(ctx, &sandbox.EngineConfig{SnapshotKey: []byte("short")})
+	require.ErrorContains(t, err, "SnapshotKey")
+	_, err = sandbox.NewEngine(ctx, &sandbox.EngineConfig{SnapshotKey: testKey, Wasm: []byte("\x00asm\x01\x00\x00\x00garbage")})
+	require.ErrorIs(t, err, contracts.ErrRuntimeUnavailable)
+	_, err = sandbox.NewEngine(ctx, &sandbox.EngineConfig{SnapshotKey: testKey, MaxMemoryLimitBytes: 4 << 30})
+	require.ErrorContains(t, err, "1 GiB")
+	_, err = sandbox.NewEngine(ctx, &sandbox.EngineConfig{SnapshotKey: testKey, StackSizeBytes: 1 << 20})
+	require.ErrorContains(t, err, "512 KiB")
+	require.Equal(t, sandbox.DefaultLimits(), testEngine.Limits())
+}

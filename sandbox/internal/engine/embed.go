@@ -25,8 +25,10 @@ var ErrWasmMissing = errors.New("quickjs.wasm is not embedded in this build; run
 	"` (bash scripts/fetch-quickjs.sh) and rebuild")
 
 // EmbeddedWasm returns the embedded quickjs.wasm, verified against WasmSHA256.
-func EmbeddedWasm() ([]byte, error) {
-	b, err := wasmFS.ReadFile("wasm/quickjs.wasm")
+func EmbeddedWasm() ([]byte, error) { return loadWasm(wasmFS) }
+
+func loadWasm(fsys fs.FS) ([]byte, error) {
+	b, err := fs.ReadFile(fsys, "wasm/quickjs.wasm")
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, ErrWasmMissing
 	}

@@ -1,0 +1,223 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"testing"
+	"testing/fstest"
+
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	rtOnce sync.Once
+	rtErr  error
+	shared *Runtime
+)
+
+// testRuntime is shared: compiling under -race takes seconds.
+func testRuntime(t *testing.T) *Runtime {
+	t.Helper()
+	rtOnce.Do(func() {
+		wasm, err := EmbeddedWasm()
+		if err != nil {
+			rtErr = err
+			return
+		}
+		shared, rtErr = New(context.Background(), Config{Wasm: wasm, CompilationCacheDir: cacheDir(), MemoryLimitPages: 512})
+	})
+	require.NoError(t, rtErr)
+	return shared
+}
+
+func cacheDir() string {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return d + "/toolq/wazero"
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared != nil {
+		_ = shared.Close(context.Background())
+	}
+	os.Exit(code)
+}
+
+func TestMissingWasm(t *testing.T) {
+	t.Parallel()
+	_, err := loadWasm(fstest.MapFS{"wasm/README.md": {Data: []byte("x")}})
+	require.ErrorIs(t, err, ErrWasmMissing)
+	require.ErrorContains(t, err, "make wasm")
+	_, err = loadWasm(fstest.MapFS{"wasm/quickjs.wasm": {Data: []byte("not the pinned build")}})
+	require.ErrorContains(t, err, "sha256")
+}
+
+func TestEvalAndStrings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	vm, err := testRuntime(t).NewVM(ctx)
+	require.NoError(t, err)
+	defer vm.Close(ctx)
+
+	v, err := vm.Eval(ctx, "6 * 7", "t.js", 0)
+	require.NoError(t, err)
+	f, err := vm.Float64(ctx, v)
+	require.NoError(t, err)
+	require.InDelta(t, 42.0, f, 0)
+	vm.Free(ctx, v)
+
+	s, err := vm.NewString(ctx, "héllo\x00世界")
+	require.NoError(t, err)
+	got, err := vm.String(ctx, s)
+	require.NoError(t, err)
+	require.Equal(t, "héllo\x00世界", got)
+	vm.Free(ctx, s)
+
+	// WTF-8 out: a lone surrogate comes back as its 3-byte encoding.
+	v, err = vm.Eval(ctx, `"a\ud800b"`, "t.js", 0)
+	require.NoError(t, err)
+	got, err = vm.String(ctx, v)
+	require.NoError(t, err)
+	require.Equal(t, "a\xed\xa0\x80b", got)
+	vm.Free(ctx, v)
+
+	_, err = vm.Eval(ctx, "null.x", "t.js", 0)
+	var je *JSError
+	require.ErrorAs(t, err, &je)
+	require.Equal(t, "TypeError", je.Name)
+	require.Contains(t, je.Stack, "t.js")
+	require.False(t, je.Uncatchable)
+
+	_, err = vm.Eval(ctx, "throw 7", "t.js", 0)
+	require.ErrorAs(t, err, &je)
+	require.Equal(t, "7", je.Message)
+}
+
+type promiseHandler struct{ resolve, reject Value }
+
+func (h *promiseHandler) HostCall(ctx context.Context, vm *VM, name string, _ Value, args []Value) (Value, error) {
+	if name == "fail" {
+		return 0, errors.New("host says no")
+	}
+	p, res, rej, err := vm.NewPromise(ctx)
+	h.resolve, h.reject = res, rej
+	return p, err
+}
+
+func (h *promiseHandler) Interrupt(context.Context) bool { return false }
+
+// TestPromiseAcrossRestore: a host promise pending in one instance is
+// settled in a fresh instance restored from its memory.
+func TestPromiseAcrossRestore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rt := testRuntime(t)
+	vm, err := rt.NewVM(ctx)
+	require.NoError(t, err)
+	defer vm.Close(ctx)
+	h := &promiseHandler{}
+	vm.SetHandler(h)
+	for _, name := range []string{"later", "fail"} {
+		fn, err := vm.NewHostFunction(ctx, name, 0)
+		require.NoError(t, err)
+		g, err := vm.Global(ctx)
+		require.NoError(t, err)
+		require.NoError(t, vm.SetProp(ctx, g, name, fn))
+		vm.Free(ctx, g)
+		vm.Free(ctx, fn)
+	}
+	v, err := vm.Eval(ctx, `var out = "none"; try { fail() } catch (e) { out = e.message }
+(async () => { const x = await later(); out = out + "|" + x; })(); 0`, "t.js", 0)
+	require.NoError(t, err)
+	vm.Free(ctx, v)
+	require.NoError(t, vm.ExecutePendingJobs(ctx))
+
+	mem := vm.MemoryCopy()
+	regs, err := vm.Registers(ctx)
+	require.NoError(t, err)
+	vm2, err := rt.Restore(ctx, mem, regs)
+	require.NoError(t, err)
+	defer vm2.Close(ctx)
+	vm2.SetHandler(h)
+	s, err := vm2.NewString(ctx, "resolved")
+	require.NoError(t, err)
+	undef, err := vm2.Undefined(ctx)
+	require.NoError(t, err)
+	r, err := vm2.Call(ctx, h.resolve, undef, s)
+	require.NoError(t, err)
+	vm2.Free(ctx, r)
+	require.NoError(t, vm2.ExecutePendingJobs(ctx))
+	out, err := vm2.Eval(ctx, "out", "t.js", 0)
+	require.NoError(t, err)
+	got, err := vm2.String(ctx, out)
+	require.NoError(t, err)
+	require.Equal(t, "host says no|resolved", got)
+}
+
+// TestTrapKillsVM: a trap marks the VM dead; the pool never hands it out
+// again.
+func TestTrapKillsVM(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rt := testRuntime(t)
+	pool := NewPool(rt, 2)
+	defer pool.Close(ctx)
+	vm, err := pool.Get(ctx)
+	require.NoError(t, err)
+	_, err = vm.call(ctx, vm.fn.freeValue, 0xFFFFFFF0)
+	var trap *TrapError
+	require.ErrorAs(t, err, &trap)
+	require.True(t, vm.Dead())
+	_, err = vm.Eval(ctx, "1", "t.js", 0)
+	require.ErrorIs(t, err, ErrDead)
+	pool.Put(ctx, vm)
+	require.Equal(t, 0, pool.Idle())
+
+	healthy, err := pool.Get(ctx)
+	require.NoError(t, err)
+	require.NotSame(t, vm, healthy)
+	v, err := healthy.Eval(ctx, "globalThis.leak = 'secret'; 1", "t.js", 0)
+	require.NoError(t, err)
+	healthy.Free(ctx, v)
+	pool.Put(ctx, healthy)
+	require.Equal(t, 1, pool.Idle())
+	again, err := pool.Get(ctx)
+	require.NoError(t, err)
+	require.Same(t, healthy, again)
+	v, err = again.Eval(ctx, "typeof leak", "t.js", 0)
+	require.NoError(t, err)
+	got, err := again.String(ctx, v)
+	require.NoError(t, err)
+	require.Equal(t, "undefined", got, "a reused VM holds the clean image again")
+	again.Close(ctx)
+}
+
+func TestImageIsDeterministic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rt := testRuntime(t)
+	wasm, err := EmbeddedWasm()
+	require.NoError(t, err)
+	rt2, err := New(ctx, Config{Wasm: wasm, CompilationCacheDir: cacheDir(), MemoryLimitPages: 512})
+	require.NoError(t, err)
+	defer rt2.Close(ctx)
+	require.Equal(t, rt.ImageSHA256, rt2.ImageSHA256)
+	require.Equal(t, rt.WasmSHA256, rt2.WasmSHA256)
+}
+
+func TestRestoreRefusesBadMemory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rt := testRuntime(t)
+	_, err := rt.Restore(ctx, make([]byte, 100), rt.ImageRegisters())
+	require.Error(t, err)
+	_, err = rt.Restore(ctx, make([]byte, PageSize), rt.ImageRegisters())
+	require.Error(t, err)
+	_, err = rt.Restore(ctx, make([]byte, 1024*PageSize), rt.ImageRegisters())
+	require.ErrorContains(t, err, "grow")
+}
