@@ -123,6 +123,15 @@ func (pl *Plan) Hash() string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// Approval defaults for the bus layer.
+const (
+	// DefaultApprovalTTL is how long an approval waits for a person.
+	DefaultApprovalTTL = 30 * time.Minute
+	// DefaultRunningNoticeMs is approvalRunningNoticeMs of seed 003: one
+	// running notice when an approved command runs longer (0 disables).
+	DefaultRunningNoticeMs = 10000
+)
+
 // Approval is the record of a command waiting for a person (the value in
 // the toolq_approvals bucket, keyed by ID).
 type Approval struct {

@@ -152,6 +152,25 @@ type Result struct {
 // namespace) is killed on timeout or cancellation, and when the shell
 // exits, so nothing the command started outlives it.
 func (r *Runner) Run(ctx context.Context, plan *Plan) (*Result, error) {
+	return r.RunWith(ctx, plan, nil)
+}
+
+// RunOpts are per-run hooks for the bus layer; every field is optional.
+type RunOpts struct {
+	// Stdout and Stderr receive the live output, uncapped, as it comes
+	// (for background sessions that stream output as events). A slow
+	// writer slows the command down.
+	Stdout, Stderr io.Writer
+	// Started is called once the command is running (to start the
+	// approvalRunningNoticeMs timer, for instance).
+	Started func()
+}
+
+// RunWith is Run with hooks.
+func (r *Runner) RunWith(ctx context.Context, plan *Plan, opts *RunOpts) (*Result, error) {
+	if opts == nil {
+		opts = &RunOpts{}
+	}
 	if err := r.checkPlan(plan); err != nil {
 		return nil, err
 	}
@@ -197,7 +216,7 @@ func (r *Runner) Run(ctx context.Context, plan *Plan) (*Result, error) {
 	cmd.Stdin = nil
 	stdout := &capWriter{max: r.cfg.MaxOutputBytes}
 	stderr := &capWriter{max: r.cfg.MaxOutputBytes}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.Stdout, cmd.Stderr = tee(stdout, opts.Stdout), tee(stderr, opts.Stderr)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.WaitDelay = r.cfg.WaitDelay
 
@@ -215,6 +234,9 @@ func (r *Runner) Run(ctx context.Context, plan *Plan) (*Result, error) {
 		_ = cmd.ExtraFiles[0].Close()
 	}
 	pgid := cmd.Process.Pid
+	if opts.Started != nil {
+		opts.Started()
+	}
 	killGroup := func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) }
 
 	var statusLines []string
@@ -519,11 +541,16 @@ func (w *capWriter) String() string {
 	return string(b)
 }
 
+func tee(w *capWriter, extra io.Writer) io.Writer {
+	if extra == nil {
+		return w
+	}
+	return io.MultiWriter(w, extra)
+}
+
 func clipN(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
 	return s[:n] + "…"
 }
-
-var _ io.Writer = (*capWriter)(nil)

@@ -439,3 +439,71 @@ func TestEndToEndAllowlistedPipelineInSandbox(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "IT'S A B\n", res.Stdout, res.Stderr)
 }
+
+// TestAllowedScriptRunsCheckedArgv runs allowed commands for real, with
+// bash, against fake binaries that record the argv they get: every process
+// that ran must have got exactly an argv the policy checked.
+func TestAllowedScriptRunsCheckedArgv(t *testing.T) {
+	t.Parallel()
+	pb := setupPolicy(t)
+	for _, n := range fakeBins {
+		require.NoError(t, os.WriteFile(filepath.Join(pb.bin, n), []byte("#!/bin/sh\nprintf '%s\\0' \"$0\" \"$@\" > \"$ARGV_DIR/$$\"\n"), 0o755))
+	}
+	rb := setupRun(t, nil)
+	p := pb.policy
+	p.Shell = rb.shell
+	cmds := []string{
+		`l's' -la "it's" 'a b' e\ f`,
+		`echo "a \$HOME \"q\"" '$(id)' '` + "`id`" + `' \* '*' "x?" \$x`,
+		`ls | grep -e 'a|b' | wc -l && echo ok; ! true || echo no`,
+		"echo \"multi\nline\" 'tab\there'",
+		`echo 'a'"b"c\"d`,
+		`echo -- -rf '--' '' ""`,
+		`echo "\\" '\' "\a" \\`,
+		"echo a\\\nb",
+		`echo '#' x#y "#"; echo ';' '&&' '|' '>' '<'`,
+	}
+	for _, cmd := range cmds {
+		in := &Input{Command: cmd, Host: HostWorker, Workdir: pb.work}
+		in.ApplyDefaults()
+		d := Evaluate(p, in)
+		require.Equal(t, Allow, d.Outcome, "%q: %s", cmd, d.Reason)
+		argvDir := filepath.Join(pb.work, fmt.Sprintf("argv%d", time.Now().UnixNano()))
+		require.NoError(t, os.Mkdir(argvDir, 0o755))
+		in.Env = map[string]string{"ARGV_DIR": argvDir}
+		pl, err := NewPlan(p, in, &d)
+		require.NoError(t, err)
+		res, err := rb.runner.Run(context.Background(), pl)
+		require.NoError(t, err)
+		require.Equal(t, 0, res.ExitCode, "%q: %s", cmd, res.Stderr)
+
+		ents, err := os.ReadDir(argvDir)
+		require.NoError(t, err)
+		var got []string
+		for _, e := range ents {
+			raw, err := os.ReadFile(filepath.Join(argvDir, e.Name()))
+			require.NoError(t, err)
+			got = append(got, string(raw))
+		}
+		var want []string
+		for _, argv := range d.Argv {
+			want = append(want, strings.Join(argv, "\x00")+"\x00")
+		}
+		require.ElementsMatch(t, want, got, "%q ran as %q", cmd, d.Script)
+	}
+}
+
+func TestRunWithHooks(t *testing.T) {
+	t.Parallel()
+	b := setupRun(t, &RunnerConfig{MaxOutputBytes: 4, AllowWorkerHost: true})
+	var live, liveErr bytes.Buffer
+	started := 0
+	res, err := b.runner.RunWith(context.Background(), b.plan(HostWorker, `echo 123456789; echo e >&2`, 10*time.Second),
+		&RunOpts{Stdout: &live, Stderr: &liveErr, Started: func() { started++ }})
+	require.NoError(t, err)
+	require.Equal(t, 1, started)
+	require.Equal(t, "123456789\n", live.String(), "the live stream is not capped")
+	require.Equal(t, "e\n", liveErr.String())
+	require.Equal(t, "1234", res.Stdout)
+	require.True(t, res.StdoutTruncated)
+}
