@@ -54,14 +54,26 @@ type Decision struct {
 }
 
 // Evaluate decides what to do with a job's command under policy p (which
-// should come from Effective). It never returns an error: a refusal is a
-// Deny decision with a reason.
+// should come from Effective; the job's own security and ask are applied
+// again here, and can only tighten). It never returns an error: a refusal
+// is a Deny decision with a reason.
 func Evaluate(p Policy, in *Input) Decision {
+	if in == nil {
+		in = &Input{}
+	}
 	if p.Security == "" {
 		p.Security = DefaultSecurity(in.Host)
 	}
 	if p.Ask == "" {
 		p.Ask = AskOnMiss
+	}
+	// Tighten by the job again, so a caller that skips Effective cannot
+	// loosen anything by mistake.
+	if securityRank(p.Security) >= 0 {
+		p.Security = StricterSecurity(p.Security, in.Security)
+	}
+	if askRank(p.Ask) >= 0 {
+		p.Ask = StricterAsk(p.Ask, in.Ask)
 	}
 	d := Decision{Security: p.Security, Ask: p.Ask}
 	deny := func(format string, args ...any) Decision {
@@ -72,7 +84,7 @@ func Evaluate(p Policy, in *Input) Decision {
 	if securityRank(p.Security) < 0 || askRank(p.Ask) < 0 {
 		return deny("invalid policy (security %q, ask %q)", p.Security, p.Ask)
 	}
-	if in == nil || strings.TrimSpace(in.Command) == "" {
+	if strings.TrimSpace(in.Command) == "" {
 		return deny("empty command")
 	}
 	if strings.IndexByte(in.Command, 0) >= 0 || len(in.Command) > MaxCommandBytes {
