@@ -45,7 +45,9 @@
 // # Runner
 //
 // Runner.Run runs a Plan in its own session and process group and kills the
-// whole group on timeout, cancellation, or when the shell exits. Output is
+// whole group on timeout, cancellation, or when the shell exits. RunWith
+// adds hooks: live output writers (background sessions) and a Started
+// callback (the running-notice timer). Output is
 // capped per stream and flagged when cut. host=sandbox runs under
 // bubblewrap with its own user, PID, IPC, UTS and network namespaces, no
 // capabilities, a read-only system, a private /tmp and the workdir as the
