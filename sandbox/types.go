@@ -82,6 +82,9 @@ type Telemetry struct {
 	Resumes       int         `json:"resumes"`
 	DurationMs    float64     `json:"durationMs"`
 	SnapshotBytes int         `json:"snapshotBytes,omitempty"`
+	// SuspendedMs is the time the run spent suspended between slices; the
+	// bus layer fills it in (DurationMs is the time running).
+	SuspendedMs float64 `json:"suspendedMs,omitempty"`
 }
 
 // BridgeCalls counts calls through the host bridge.
@@ -123,7 +126,10 @@ type Tool struct {
 
 // Tool sources.
 const (
-	SourceOpenClaw = "openclaw"
+	SourceToolq = "toolq"
+	// SourceOpenClaw is the seed's name for toolq's own tools; toolq
+	// reports them as SourceToolq.
+	SourceOpenClaw = SourceToolq
 	SourceMCP      = "mcp"
 	SourceClient   = "client"
 )

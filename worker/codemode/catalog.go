@@ -1,0 +1,209 @@
+package codemode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/sandbox"
+)
+
+// catalog mirrors the toolq_catalog bucket in memory.
+type catalog struct {
+	mu      sync.RWMutex
+	entries map[string]contracts.CatalogTool // by id
+	log     *slog.Logger
+}
+
+// watch loads the bucket and follows it until ctx ends; it returns once the
+// current entries are loaded.
+func (c *catalog) watch(ctx context.Context, kv jetstream.KeyValue, done func()) error {
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("codemode: watch catalog: %w", err)
+	}
+	ready := make(chan struct{})
+	go func() {
+		defer done()
+		initial := true
+		for e := range w.Updates() {
+			if e == nil {
+				if initial {
+					initial = false
+					close(ready)
+				}
+				continue
+			}
+			c.apply(e)
+		}
+		if initial {
+			close(ready)
+		}
+	}()
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *catalog) apply(e jetstream.KeyValueEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		for id := range c.entries {
+			if contracts.CatalogKey(id) == e.Key() {
+				delete(c.entries, id)
+			}
+		}
+		return
+	}
+	var t contracts.CatalogTool
+	if err := json.Unmarshal(e.Value(), &t); err != nil {
+		c.log.Warn("catalog entry unreadable", slog.String("key", e.Key()), slog.Any("err", err))
+		return
+	}
+	// Catalog entries come from any process on the bus: validate them.
+	if err := t.Validate(); err != nil || contracts.CatalogKey(t.ID) != e.Key() {
+		c.log.Warn("catalog entry refused", slog.String("key", e.Key()), slog.Any("err", err))
+		return
+	}
+	c.entries[t.ID] = t
+}
+
+// runCatalog is what one run may use: the sandbox's tools and, by id, how
+// to call them.
+type runCatalog struct {
+	tools []sandbox.Tool
+	refs  map[string]catalogRef
+}
+
+// forRun builds a run's catalog: every entry the worker's policy allows,
+// narrowed to the job's list when it has one, never a denied, direct-only or
+// code-mode tool.
+func (c *catalog) forRun(allow, deny, job []string) runCatalog {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var rc runCatalog
+	rc.refs = map[string]catalogRef{}
+	ids := make([]string, 0, len(c.entries))
+	for id := range c.entries {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		t := c.entries[id]
+		switch {
+		case t.DirectOnly, contracts.IsCodeModeTool(t.Tool), slices.Contains(deny, id):
+			continue
+		case len(allow) > 0 && !slices.Contains(allow, id):
+			continue
+		case job != nil && !slices.Contains(job, id):
+			continue
+		}
+		rc.tools = append(rc.tools, toSandbox(t))
+		rc.refs[id] = catalogRef{Tool: t.Tool, Source: t.Source, OutputSchema: t.OutputSchema, SideEffects: t.SideEffects}
+	}
+	return rc
+}
+
+func toSandbox(t contracts.CatalogTool) sandbox.Tool {
+	src := t.Source
+	if src == contracts.SourceToolq {
+		src = sandbox.SourceToolq
+	}
+	owner := strings.SplitN(t.ID, ":", 3)[1]
+	params := t.InputSchema
+	if len(params) == 0 {
+		params = json.RawMessage(`{}`)
+	}
+	return sandbox.Tool{
+		CatalogEntry: sandbox.CatalogEntry{
+			ID: t.ID, Name: t.Name, Label: t.Label, Description: t.Description,
+			Source: src, SourceName: owner, Input: typeHint(t.InputSchema), Output: typeHint(t.OutputSchema),
+		},
+		Parameters:   params,
+		OutputSchema: t.OutputSchema,
+	}
+}
+
+// typeHint renders a JSON Schema as a compact TypeScript-like hint, such as
+// "{ ms: number }"; "" when there is no schema, "unknown" for anything it
+// does not describe.
+func typeHint(schema json.RawMessage) string {
+	if len(schema) == 0 {
+		return ""
+	}
+	var s map[string]any
+	if json.Unmarshal(schema, &s) != nil {
+		return "unknown"
+	}
+	return hint(s, 0)
+}
+
+func hint(s map[string]any, depth int) string {
+	if depth > 3 {
+		return "unknown"
+	}
+	if e, ok := s["enum"].([]any); ok && len(e) > 0 {
+		parts := make([]string, 0, len(e))
+		for _, v := range e {
+			b, _ := json.Marshal(v)
+			parts = append(parts, string(b))
+		}
+		return strings.Join(parts, " | ")
+	}
+	switch s["type"] {
+	case "string":
+		return "string"
+	case "integer", "number":
+		return "number"
+	case "boolean":
+		return "boolean"
+	case "null":
+		return "null"
+	case "array":
+		if items, ok := s["items"].(map[string]any); ok {
+			return hint(items, depth+1) + "[]"
+		}
+		return "unknown[]"
+	case "object":
+		props, _ := s["properties"].(map[string]any)
+		if len(props) == 0 {
+			return "object"
+		}
+		req := map[string]bool{}
+		if r, ok := s["required"].([]any); ok {
+			for _, v := range r {
+				if n, ok := v.(string); ok {
+					req[n] = true
+				}
+			}
+		}
+		names := make([]string, 0, len(props))
+		for n := range props {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		parts := make([]string, 0, len(names))
+		for _, n := range names {
+			p, _ := props[n].(map[string]any)
+			opt := "?"
+			if req[n] {
+				opt = ""
+			}
+			parts = append(parts, n+opt+": "+hint(p, depth+1))
+		}
+		return "{ " + strings.Join(parts, "; ") + " }"
+	}
+	return "unknown"
+}

@@ -1,0 +1,253 @@
+package codemode
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
+	"github.com/toolq/toolq/producer"
+	"github.com/toolq/toolq/sandbox"
+	"github.com/toolq/toolq/worker"
+)
+
+// CodeMode runs code_mode.exec, code_mode.wait and code_mode.result jobs on
+// a worker: guest code in the sandbox, nested calls as jobs, waiting runs
+// suspended in NATS and resumed on whichever worker gets to them.
+type CodeMode struct {
+	w    *worker.Worker
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	cfg  Config
+	log  *slog.Logger
+	prod *producer.Producer
+
+	store   *store
+	catalog *catalog
+
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	loops   sync.WaitGroup
+	stopped chan struct{}
+}
+
+// Register adds code mode's tools to w. Call Start before the worker's Start.
+func Register(w *worker.Worker, nc *nats.Conn, cfg *Config) (*CodeMode, error) {
+	if w == nil || nc == nil {
+		return nil, errors.New("codemode: nil worker or connection")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c, err := c.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	prod, err := producer.New(nc, &producer.Config{Subjects: c.Subjects, Logger: c.Logger, Name: "codemode-" + w.Name()})
+	if err != nil {
+		return nil, err
+	}
+	cm := &CodeMode{
+		w: w, nc: nc, js: js, cfg: c, log: c.Logger.With(slog.String("worker", w.Name())), prod: prod,
+		catalog: &catalog{entries: map[string]contracts.CatalogTool{}, log: c.Logger},
+		stopped: make(chan struct{}),
+	}
+	long := c.MaxSnapshotTTL + time.Minute
+	tools := []struct {
+		name string
+		h    worker.HandlerFunc
+		tc   *worker.ToolConfig
+	}{
+		{contracts.ToolCodeModeExec, cm.handleExec, &worker.ToolConfig{Timeout: time.Duration(c.MaxLimits.TimeoutMs+c.Limits.TimeoutMs)*time.Millisecond + time.Minute}},
+		{contracts.ToolCodeModeWait, cm.handleWait, &worker.ToolConfig{Timeout: long, Concurrency: 256}},
+		{contracts.ToolCodeModeResult, cm.handleResult, &worker.ToolConfig{Retry: worker.RetryPolicy{MaxAttempts: 20, InitialInterval: 100 * time.Millisecond, MaxInterval: 2 * time.Second}}},
+	}
+	for _, t := range tools {
+		if err := w.Register(t.name, t.h, t.tc); err != nil {
+			return nil, err
+		}
+	}
+	return cm, nil
+}
+
+// Start creates the runs bucket and the snapshot store, loads the catalog
+// and starts following expiries and cancellations. It must run before the
+// worker starts pulling jobs.
+func (c *CodeMode) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return errors.New("codemode: already started")
+	}
+	c.started = true
+	s := c.cfg.Subjects
+	bc, err := bus.Config{Subjects: s, Replicas: c.cfg.Replicas, Storage: c.cfg.Storage}.WithDefaults()
+	if err != nil {
+		return err
+	}
+	if err := bus.Ensure(ctx, c.js, bc); err != nil {
+		return err
+	}
+	runs, err := bus.EnsureKV(ctx, c.js, jetstream.KeyValueConfig{
+		Bucket:         s.Bucket("runs"),
+		Description:    "code-mode runs waiting on nested calls",
+		Storage:        c.cfg.Storage,
+		Replicas:       c.cfg.Replicas,
+		LimitMarkerTTL: time.Minute,
+	})
+	if err != nil {
+		return err
+	}
+	obj, err := c.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      s.Bucket("snapshots"),
+		Description: "code-mode VM snapshots too large for the run record",
+		Storage:     c.cfg.Storage,
+		Replicas:    c.cfg.Replicas,
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+		return fmt.Errorf("codemode: snapshot store: %w", err)
+	}
+	if obj == nil {
+		if obj, err = c.js.ObjectStore(ctx, s.Bucket("snapshots")); err != nil {
+			return fmt.Errorf("codemode: snapshot store: %w", err)
+		}
+	}
+	c.store = &store{js: c.js, kv: runs, obj: obj, subj: "$KV." + s.Bucket("runs") + ".", limit: c.cfg.InlineSnapshotBytes}
+	catKV, err := c.js.KeyValue(ctx, s.Bucket("catalog"))
+	if err != nil {
+		return fmt.Errorf("codemode: catalog: %w", err)
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.loops.Add(1)
+	if err := c.catalog.watch(lctx, catKV, c.loops.Done); err != nil {
+		cancel()
+		return err
+	}
+	if err := c.startExpiry(ctx, lctx); err != nil {
+		cancel()
+		return err
+	}
+	if err := c.startCancelWatch(ctx, lctx); err != nil {
+		cancel()
+		return err
+	}
+	return nil
+}
+
+// Stop ends the background loops. Stop the worker first.
+func (c *CodeMode) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	cancel := c.cancel
+	c.cancel = nil
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		done := make(chan struct{})
+		go func() { c.loops.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		c.prod.Close()
+		close(c.stopped)
+	}
+	return nil
+}
+
+// ExecInput is the input of a code_mode.exec job: seed 001's exec input and
+// the bus's options.
+type ExecInput struct {
+	Code     string `json:"code,omitempty"`
+	Command  string `json:"command,omitempty"`
+	Language string `json:"language,omitempty"`
+	// Tools narrows the run's catalog to these ids.
+	Tools []string `json:"tools,omitempty"`
+	// Limits override the worker's defaults, up to its maximums.
+	Limits *Limits `json:"limits,omitempty"`
+	// RestartSafe refuses side-effecting tools.
+	RestartSafe bool `json:"restartSafe,omitempty"`
+	// AutoResume resumes the run as soon as its nested calls are back,
+	// without a code_mode.wait.
+	AutoResume bool `json:"autoResume,omitempty"`
+}
+
+// Limits are a run's limits as a job gives them.
+type Limits struct {
+	sandbox.Limits
+	SnapshotTTLSeconds int64 `json:"snapshotTtlSeconds,omitempty"`
+}
+
+// WaitInput is the input of a code_mode.wait job.
+type WaitInput struct {
+	RunID string `json:"runId"`
+}
+
+// Messages of seed 001 for waits that cannot proceed.
+const (
+	msgUnavailable   = "code mode run is unavailable or expired."
+	msgOtherSession  = "code mode run belongs to a different session."
+	msgWaitInFlight  = "a wait is already in flight for this code mode run."
+	msgTooManyRuns   = "too many suspended code mode runs."
+	msgRestartUnsafe = "refused in a restartSafe run: the tool has side effects"
+)
+
+func invalid(msg string) error {
+	return worker.Permanent(contracts.Errorf(contracts.CodeInvalidInput, "%s", msg))
+}
+
+// nestedJobID is the deterministic id of the job of one nested call, so a
+// repeated submit enqueues it once.
+func nestedJobID(runID, callID string) string {
+	id := runID + "-" + callID
+	if len(id) <= contracts.MaxIDLength {
+		return id
+	}
+	sum := sha256.Sum256([]byte(runID))
+	return hex.EncodeToString(sum[:16]) + "-" + callID
+}
+
+// failedResult turns a failed CodeModeResult into the job's error.
+func failedResult(res *sandbox.Result) error {
+	details, _ := json.Marshal(res)
+	code := res.Code
+	if code == "" {
+		code = contracts.CodeInternalError
+	}
+	return worker.Permanent(&contracts.Error{Code: code, Message: res.Error, Details: details})
+}
+
+func failedError(res *sandbox.Result) *contracts.Error {
+	var ce *contracts.Error
+	_ = errors.As(failedResult(res), &ce)
+	return ce
+}
+
+func sessionAndRun(key string) (session, runID string, ok bool) {
+	i := strings.IndexByte(key, '.')
+	if i <= 0 || i == len(key)-1 {
+		return "", "", false
+	}
+	session, runID = key[:i], key[i+1:]
+	return session, runID, contracts.ValidID(session) && contracts.ValidID(runID)
+}
+
+func isEnded(err error) bool { return errors.Is(err, worker.ErrJobEnded) }

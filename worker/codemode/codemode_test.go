@@ -1,0 +1,293 @@
+package codemode_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/testutil"
+	"github.com/toolq/toolq/producer"
+	"github.com/toolq/toolq/sandbox"
+	"github.com/toolq/toolq/worker"
+	"github.com/toolq/toolq/worker/codemode"
+)
+
+var (
+	quiet     = slog.New(slog.NewTextHandler(io.Discard, nil))
+	engine    *sandbox.Engine
+	engineErr error
+	once      sync.Once
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if engine != nil {
+		_ = engine.Close(context.Background())
+	}
+	os.Exit(code)
+}
+
+func sharedEngine(t *testing.T) *sandbox.Engine {
+	t.Helper()
+	once.Do(func() {
+		engine, engineErr = sandbox.NewEngine(context.Background(), &sandbox.EngineConfig{
+			SnapshotKey: []byte("test-key-0123456789abcdef0123456789abcdef"),
+		})
+	})
+	require.NoError(t, engineErr)
+	return engine
+}
+
+type bundle struct {
+	srv  *testutil.Server
+	prod *producer.Producer
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	srv := testutil.StartJetStream(t)
+	prod, err := producer.New(srv.Connect(t), &producer.Config{Session: "s1", Logger: quiet})
+	require.NoError(t, err)
+	t.Cleanup(prod.Close)
+	return &bundle{srv: srv, prod: prod}
+}
+
+// startWorker starts a worker with code mode and the given extra tools.
+func (b *bundle) startWorker(t *testing.T, name string, cfg *codemode.Config, register func(w *worker.Worker)) *worker.Worker {
+	t.Helper()
+	nc := b.srv.Connect(t)
+	w, err := worker.New(nc, &worker.Config{Name: name, Logger: quiet, StopTimeout: time.Second})
+	require.NoError(t, err)
+	var c codemode.Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Engine = sharedEngine(t)
+	c.Logger = quiet
+	cm, err := codemode.Register(w, nc, &c)
+	require.NoError(t, err)
+	if register != nil {
+		register(w)
+	}
+	ctx := testutil.Context(t, 20*time.Second)
+	require.NoError(t, cm.Start(ctx))
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, w.Stop(sctx))
+		require.NoError(t, cm.Stop(sctx))
+	})
+	return w
+}
+
+func (b *bundle) exec(t *testing.T, code string, extra map[string]any, opts *producer.SubmitOpts) *contracts.Job {
+	t.Helper()
+	in := map[string]any{"code": code}
+	for k, v := range extra {
+		in[k] = v
+	}
+	data, err := json.Marshal(in)
+	require.NoError(t, err)
+	job, err := b.prod.Submit(testutil.Context(t, 5*time.Second), contracts.ToolCodeModeExec, data, opts)
+	require.NoError(t, err)
+	return job
+}
+
+func (b *bundle) await(t *testing.T, job *contracts.Job, parked bool) *contracts.Event {
+	t.Helper()
+	ev, err := b.prod.Await(testutil.Context(t, 30*time.Second), job.Session, job.ID, &producer.AwaitOpts{Parked: parked})
+	require.NoError(t, err)
+	return ev
+}
+
+type codeModeResult struct {
+	Status           string            `json:"status"`
+	Value            json.RawMessage   `json:"value"`
+	RunID            string            `json:"runId"`
+	Reason           string            `json:"reason"`
+	PendingToolCalls []json.RawMessage `json:"pendingToolCalls"`
+	Error            string            `json:"error"`
+	Code             string            `json:"code"`
+	Output           []json.RawMessage `json:"output"`
+	Telemetry        struct {
+		BridgeCalls struct{ Search, Describe, Call int } `json:"bridgeCalls"`
+		NestedCalls int     `json:"nestedCalls"`
+		Resumes     int     `json:"resumes"`
+		SuspendedMs float64 `json:"suspendedMs"`
+	} `json:"telemetry"`
+}
+
+func result(t *testing.T, raw json.RawMessage) codeModeResult {
+	t.Helper()
+	var r codeModeResult
+	require.NoError(t, json.Unmarshal(raw, &r), string(raw))
+	return r
+}
+
+func (b *bundle) wait(t *testing.T, session, runID string) *contracts.Event {
+	t.Helper()
+	data, _ := json.Marshal(map[string]string{"runId": runID})
+	job, err := b.prod.Submit(testutil.Context(t, 5*time.Second), contracts.ToolCodeModeWait, data, &producer.SubmitOpts{Session: session})
+	require.NoError(t, err)
+	return b.await(t, job, false)
+}
+
+func TestAutoResumeCompletes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, "A", nil, nil)
+	job := b.exec(t, `const r = await tools.callValue("toolq:core:noop", {x: 21}); text("got " + r.x); return r.x * 2;`,
+		map[string]any{"autoResume": true}, nil)
+	first := b.await(t, job, true)
+	require.Equal(t, contracts.StatusWaiting, first.Data.Status)
+	w := result(t, first.Data.Result)
+	require.Equal(t, "waiting", w.Status)
+	require.Equal(t, job.ID, w.RunID)
+	require.Equal(t, "pending_tools", w.Reason)
+	require.Len(t, w.PendingToolCalls, 1)
+
+	final := b.await(t, job, false)
+	require.Equal(t, contracts.StatusCompleted, final.Data.Status, string(final.Data.Result))
+	r := result(t, final.Data.Result)
+	require.Equal(t, "completed", r.Status)
+	require.JSONEq(t, `42`, string(r.Value))
+	require.Equal(t, 1, r.Telemetry.Resumes)
+	require.Equal(t, 1, r.Telemetry.NestedCalls)
+	require.Positive(t, r.Telemetry.SuspendedMs)
+	require.Len(t, r.Output, 1)
+}
+
+func TestWaitResumesOnAnotherWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	slow := func(w *worker.Worker) {
+		require.NoError(t, w.Register("slow_echo", worker.HandlerFunc(func(ctx context.Context, j *contracts.Job) (json.RawMessage, error) {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return j.Input, nil
+		}), &worker.ToolConfig{Catalog: &contracts.CatalogTool{Description: "Echo, slowly."}}))
+	}
+	a := b.startWorker(t, "A", nil, slow)
+	job := b.exec(t, `
+		const [a, c] = await Promise.all([
+			tools.callValue("toolq:core:slow_echo", {n: 1}),
+			tools.callValue("toolq:core:noop", {n: 2}),
+		]);
+		return a.n + c.n;`, nil, nil)
+	first := b.await(t, job, true)
+	require.Equal(t, contracts.StatusWaiting, first.Data.Status)
+	// The exec answered waiting before the slow nested call completed.
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	close(release)
+	require.NoError(t, a.Stop(stopCtx))
+
+	b.startWorker(t, "B", nil, nil)
+	ev := b.wait(t, job.Session, job.ID)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, string(ev.Data.Result))
+	r := result(t, ev.Data.Result)
+	require.Equal(t, "completed", r.Status)
+	require.JSONEq(t, `3`, string(r.Value))
+	final := b.await(t, job, false)
+	require.Equal(t, contracts.StatusCompleted, final.Data.Status)
+	require.Contains(t, final.Source, "/B")
+}
+
+func TestWaitRefusals(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, "A", nil, nil)
+	ev := b.wait(t, "s1", "no-such-run")
+	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+	require.Equal(t, contracts.CodeInvalidInput, ev.Data.Error.Code)
+	require.Equal(t, "code mode run is unavailable or expired.", ev.Data.Error.Message)
+
+	// A run waiting on a client tool nobody answers.
+	job := b.exec(t, `return await tools.callValue("toolq:core:sleep", {ms: 60000});`, nil, nil)
+	require.Equal(t, contracts.StatusWaiting, b.await(t, job, true).Data.Status)
+	ev = b.wait(t, "other-session", job.ID)
+	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+	require.Equal(t, "code mode run belongs to a different session.", ev.Data.Error.Message)
+	require.NoError(t, b.prod.Cancel(testutil.Context(t, 5*time.Second), job.Session, job.ID))
+}
+
+func TestDeniedToolUnreachable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, "A", &codemode.Config{Deny: []string{"toolq:core:sleep"}}, nil)
+	job := b.exec(t, `
+		const ids = ALL_TOOLS.map(t => t.id);
+		let err = "";
+		try { await tools.call("toolq:core:sleep", {ms: 1}); } catch (e) { err = String(e.message); }
+		return {ids, err};`, nil, nil)
+	ev := b.await(t, job, false)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, string(ev.Data.Result))
+	var v struct {
+		IDs []string `json:"ids"`
+		Err string   `json:"err"`
+	}
+	require.NoError(t, json.Unmarshal(result(t, ev.Data.Result).Value, &v))
+	require.Contains(t, v.IDs, "toolq:core:noop")
+	require.NotContains(t, v.IDs, "toolq:core:sleep")
+	require.NotEmpty(t, v.Err)
+	for _, id := range v.IDs {
+		require.NotContains(t, id, "code_mode")
+	}
+}
+
+func TestExpiredRunFailsAndCleansUp(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, "A", nil, nil)
+	job := b.exec(t, `return await tools.callValue("toolq:core:sleep", {ms: 60000});`,
+		map[string]any{"limits": map[string]any{"snapshotTtlSeconds": 1}}, nil)
+	require.Equal(t, contracts.StatusWaiting, b.await(t, job, true).Data.Status)
+	ev := b.await(t, job, false)
+	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+	require.Equal(t, contracts.CodeTimeout, ev.Data.Error.Code)
+	require.Contains(t, ev.Data.Error.Message, "expired")
+	nc := b.srv.Connect(t)
+	requireNoRun(t, nc, job.Session, job.ID)
+}
+
+func requireNoRun(t *testing.T, nc *nats.Conn, session, runID string) {
+	t.Helper()
+	js := testutil.JetStream(t, nc)
+	ctx := testutil.Context(t, 10*time.Second)
+	kv, err := js.KeyValue(ctx, "toolq_runs")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := kv.Get(ctx, session+"."+runID)
+		return err != nil
+	}, 10*time.Second, 50*time.Millisecond)
+}
+
+func TestCancelWaitingRunCleansUp(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, "A", nil, nil)
+	job := b.exec(t, `return await tools.callValue("toolq:core:sleep", {ms: 60000});`, nil, nil)
+	require.Equal(t, contracts.StatusWaiting, b.await(t, job, true).Data.Status)
+	require.NoError(t, b.prod.Cancel(testutil.Context(t, 5*time.Second), job.Session, job.ID))
+	require.Equal(t, contracts.StatusCancelled, b.await(t, job, false).Data.Status)
+	requireNoRun(t, b.srv.Connect(t), job.Session, job.ID)
+	// The nested sleep was cancelled too.
+	nested := job.ID + "-call_1"
+	ev, err := b.prod.Await(testutil.Context(t, 10*time.Second), job.Session, nested, nil)
+	require.NoError(t, err)
+	require.Equal(t, contracts.StatusCancelled, ev.Data.Status)
+}

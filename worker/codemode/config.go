@@ -1,0 +1,149 @@
+package codemode
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/sandbox"
+)
+
+// Config configures code mode on a worker.
+type Config struct {
+	// Engine runs the guest code; required.
+	Engine *sandbox.Engine
+	// Subjects names streams and buckets; it must match the worker's.
+	Subjects contracts.Subjects
+	// Replicas and Storage of the runs bucket and the snapshot store.
+	Replicas int
+	Storage  jetstream.StorageType
+	// Limits are the defaults of a run (seed 001's when zero); a job's
+	// limits override them field by field, capped by MaxLimits.
+	Limits sandbox.Limits
+	// MaxLimits caps what a job may ask for; Limits when zero.
+	MaxLimits sandbox.Limits
+	// SnapshotTTLSeconds is how long a waiting run lives; 900 by default
+	// (seed 001); a job may ask for less, or more up to MaxSnapshotTTL.
+	SnapshotTTL    time.Duration
+	MaxSnapshotTTL time.Duration
+	// Allow, when not empty, lists the catalog ids this worker's policy
+	// lets runs see; Deny lists ids they never see.
+	Allow []string
+	Deny  []string
+	// MaxSuspendedPerSession caps the runs of one session waiting at once
+	// (seed 001: 64).
+	MaxSuspendedPerSession int
+	// LeaseTTL is how long a resume may hold a run before another worker
+	// may take it over; 30 s by default.
+	LeaseTTL time.Duration
+	// InlineSnapshotBytes: snapshots up to this size live in the run record,
+	// larger ones in the object store; 64 KiB by default.
+	InlineSnapshotBytes int
+	// Logger receives structured logs; slog.Default() when nil.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Engine == nil {
+		return c, errors.New("codemode: an engine is required")
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.SnapshotTTL == 0 {
+		c.SnapshotTTL = 900 * time.Second
+	}
+	if c.MaxSnapshotTTL == 0 {
+		c.MaxSnapshotTTL = max(c.SnapshotTTL, 24*time.Hour)
+	}
+	if c.MaxSuspendedPerSession == 0 {
+		c.MaxSuspendedPerSession = 64
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 30 * time.Second
+	}
+	if c.InlineSnapshotBytes == 0 {
+		c.InlineSnapshotBytes = 64 << 10
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Limits = fillLimits(c.Limits, sandbox.DefaultLimits())
+	if c.SnapshotTTL < time.Second || c.MaxSnapshotTTL < c.SnapshotTTL {
+		return c, fmt.Errorf("codemode: snapshot TTL %s (max %s) invalid", c.SnapshotTTL, c.MaxSnapshotTTL)
+	}
+	if c.LeaseTTL < 100*time.Millisecond || c.MaxSuspendedPerSession < 1 || c.InlineSnapshotBytes < 0 {
+		return c, errors.New("codemode: lease TTL, suspended cap or inline size out of range")
+	}
+	return c, nil
+}
+
+// effectiveLimits merges a job's limits over the worker's defaults, refusing
+// any above the worker's maximums.
+func (c Config) effectiveLimits(job *sandbox.Limits) (sandbox.Limits, error) {
+	l := c.Limits
+	if job == nil {
+		return l, nil
+	}
+	caps := c.MaxLimits
+	fields := []struct {
+		name     string
+		job, cap int64
+		def      int64
+		dst      func(int64)
+	}{
+		{"timeoutMs", int64(job.TimeoutMs), int64(caps.TimeoutMs), int64(l.TimeoutMs), func(v int64) { l.TimeoutMs = int(v) }},
+		{"memoryLimitBytes", job.MemoryLimitBytes, caps.MemoryLimitBytes, l.MemoryLimitBytes, func(v int64) { l.MemoryLimitBytes = v }},
+		{"maxOutputBytes", int64(job.MaxOutputBytes), int64(caps.MaxOutputBytes), int64(l.MaxOutputBytes), func(v int64) { l.MaxOutputBytes = int(v) }},
+		{"maxSnapshotBytes", int64(job.MaxSnapshotBytes), int64(caps.MaxSnapshotBytes), int64(l.MaxSnapshotBytes), func(v int64) { l.MaxSnapshotBytes = int(v) }},
+		{"maxPendingToolCalls", int64(job.MaxPendingToolCalls), int64(caps.MaxPendingToolCalls), int64(l.MaxPendingToolCalls), func(v int64) { l.MaxPendingToolCalls = int(v) }},
+		{"searchDefaultLimit", int64(job.SearchDefaultLimit), int64(caps.SearchDefaultLimit), int64(l.SearchDefaultLimit), func(v int64) { l.SearchDefaultLimit = int(v) }},
+		{"maxSearchLimit", int64(job.MaxSearchLimit), int64(caps.MaxSearchLimit), int64(l.MaxSearchLimit), func(v int64) { l.MaxSearchLimit = int(v) }},
+	}
+	for _, f := range fields {
+		if f.job < 0 {
+			return l, contracts.Errorf(contracts.CodeInvalidInput, "limits.%s must not be negative", f.name)
+		}
+		if f.job == 0 {
+			continue
+		}
+		limit := f.cap
+		if limit == 0 {
+			limit = f.def
+		}
+		if limit > 0 && f.job > limit {
+			return l, contracts.Errorf(contracts.CodeInvalidInput, "limits.%s %d exceeds this worker's maximum %d", f.name, f.job, limit)
+		}
+		f.dst(f.job)
+	}
+	return l, nil
+}
+
+func fillLimits(l, d sandbox.Limits) sandbox.Limits {
+	if l.TimeoutMs == 0 {
+		l.TimeoutMs = d.TimeoutMs
+	}
+	if l.MemoryLimitBytes == 0 {
+		l.MemoryLimitBytes = d.MemoryLimitBytes
+	}
+	if l.MaxOutputBytes == 0 {
+		l.MaxOutputBytes = d.MaxOutputBytes
+	}
+	if l.MaxSnapshotBytes == 0 {
+		l.MaxSnapshotBytes = d.MaxSnapshotBytes
+	}
+	if l.MaxPendingToolCalls == 0 {
+		l.MaxPendingToolCalls = d.MaxPendingToolCalls
+	}
+	if l.SearchDefaultLimit == 0 {
+		l.SearchDefaultLimit = d.SearchDefaultLimit
+	}
+	if l.MaxSearchLimit == 0 {
+		l.MaxSearchLimit = d.MaxSearchLimit
+	}
+	return l
+}

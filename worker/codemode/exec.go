@@ -1,0 +1,236 @@
+package codemode
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/sandbox"
+	"github.com/toolq/toolq/worker"
+)
+
+// bridge is the host side of one slice of a run (an exec or a resume):
+// search and describe over the run's catalog, and calls that become
+// pending nested jobs.
+type bridge struct {
+	sandbox.CatalogBridge
+	refs        map[string]catalogRef
+	restartSafe bool
+}
+
+func (b *bridge) Call(_ context.Context, call sandbox.ToolCall) (sandbox.CallOutcome, error) {
+	ref, ok := b.refs[call.Tool.ID]
+	if !ok {
+		return sandbox.CallOutcome{}, fmt.Errorf("unknown tool %q", call.Tool.ID)
+	}
+	if b.restartSafe && ref.SideEffects {
+		return sandbox.CallOutcome{}, fmt.Errorf("%s: %s", call.Tool.ID, msgRestartUnsafe)
+	}
+	return sandbox.CallOutcome{Pending: true}, nil
+}
+
+func decodeExecInput(raw json.RawMessage) (*ExecInput, error) {
+	var in ExecInput
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, contracts.Errorf(contracts.CodeInvalidInput, "code_mode.exec needs an input {code, language}")
+	}
+	if err := dec.Decode(&in); err != nil {
+		return nil, contracts.Errorf(contracts.CodeInvalidInput, "code_mode.exec input: %v", err)
+	}
+	for _, id := range in.Tools {
+		if id == "" || len(id) > 400 {
+			return nil, contracts.Errorf(contracts.CodeInvalidInput, "tools: ids must be non-empty catalog ids")
+		}
+	}
+	if in.Tools == nil && bytes.Contains(raw, []byte(`"tools"`)) {
+		in.Tools = []string{} // an explicit empty list allows nothing
+	}
+	return &in, nil
+}
+
+func (c *CodeMode) ttl(in *ExecInput) (time.Duration, error) {
+	if in.Limits == nil || in.Limits.SnapshotTTLSeconds == 0 {
+		return c.cfg.SnapshotTTL, nil
+	}
+	d := time.Duration(in.Limits.SnapshotTTLSeconds) * time.Second
+	if d < time.Second || d > c.cfg.MaxSnapshotTTL {
+		return 0, contracts.Errorf(contracts.CodeInvalidInput, "limits.snapshotTtlSeconds %d out of range [1, %d]", in.Limits.SnapshotTTLSeconds, int64(c.cfg.MaxSnapshotTTL/time.Second))
+	}
+	return d, nil
+}
+
+// handleExec runs a code_mode.exec job: it ends completed, failed, or
+// parked as waiting with the run suspended in NATS.
+func (c *CodeMode) handleExec(ctx context.Context, job *contracts.Job) (json.RawMessage, error) {
+	in, err := decodeExecInput(job.Input)
+	if err != nil {
+		return nil, worker.Permanent(err)
+	}
+	var jl *sandbox.Limits
+	if in.Limits != nil {
+		jl = &in.Limits.Limits
+	}
+	limits, err := c.cfg.effectiveLimits(jl)
+	if err != nil {
+		return nil, worker.Permanent(err)
+	}
+	ttl, err := c.ttl(in)
+	if err != nil {
+		return nil, worker.Permanent(err)
+	}
+	runID := job.ID
+	// A redelivery of an exec that already suspended: finish what the
+	// crashed attempt left (nested jobs not yet submitted) and answer again.
+	if rec, rev, err := c.store.load(ctx, job.Session, runID); err == nil {
+		if !rec.ended() {
+			if _, err := c.submitPending(ctx, rec, rev); err != nil {
+				return nil, err
+			}
+		}
+		if rec.Final != nil {
+			return finalAnswer(rec.Final)
+		}
+		return c.waitingAnswer(rec, nil)
+	} else if !errors.Is(err, errNoRun) {
+		return nil, err
+	}
+
+	rc := c.catalog.forRun(c.cfg.Allow, c.cfg.Deny, in.Tools)
+	out, err := c.cfg.Engine.Exec(ctx, &sandbox.ExecRequest{
+		Input:   sandbox.Input{Code: in.Code, Command: in.Command, Language: in.Language},
+		Catalog: rc.tools, Bridge: &bridge{refs: rc.refs, restartSafe: in.RestartSafe},
+		Limits: limits, RunID: runID,
+	})
+	if err != nil {
+		return nil, err // the job's context ended: the worker reports it
+	}
+	res := &out.Result
+	if res.Status != sandbox.StatusWaiting {
+		return finalAnswer(res)
+	}
+	if err := c.checkSuspendedCap(ctx, job.Session); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	rec := &record{
+		RunID: runID, Session: job.Session, ExecJob: job.ID, Status: runWaiting, Reason: res.Reason,
+		AutoResume: in.AutoResume, RestartSafe: in.RestartSafe, Limits: limits,
+		TTLSeconds: int64(ttl / time.Second), Waits: 1, SuspendedAt: now, ExpiresAt: now.Add(ttl),
+		TraceParent: worker.TraceParent(ctx), Catalog: rc.refs,
+	}
+	rec.Pending = pendingOf(runID, res, rc.refs)
+	if err := c.store.putSnapshot(ctx, rec, out.Snapshot); err != nil {
+		return nil, err
+	}
+	// Snapshot, then record, then nested jobs, then the waiting event (the
+	// worker writes it when this handler parks the job).
+	rev, err := c.store.save(ctx, rec, 0, ttl)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.submitPending(ctx, rec, rev); err != nil {
+		return nil, err
+	}
+	c.log.Debug("code mode run suspended", slog.String("run", runID), slog.Int("pending", len(rec.Pending)), slog.Int("snapshot_bytes", rec.SnapshotBytes))
+	return c.waitingAnswer(rec, res)
+}
+
+func finalAnswer(res *sandbox.Result) (json.RawMessage, error) {
+	if res.Status == sandbox.StatusFailed {
+		return nil, failedResult(res)
+	}
+	return json.Marshal(res)
+}
+
+// waitingAnswer is the waiting CodeModeResult of a suspended run, parking
+// the exec job.
+func (c *CodeMode) waitingAnswer(rec *record, res *sandbox.Result) (json.RawMessage, error) {
+	if res == nil {
+		res = &sandbox.Result{Status: sandbox.StatusWaiting, RunID: rec.RunID, Reason: rec.Reason}
+		for _, p := range rec.Pending {
+			res.PendingToolCalls = append(res.PendingToolCalls, sandbox.PendingToolCall{CallID: p.CallID, ToolID: p.ToolID, Source: p.Source, Input: p.Input})
+		}
+	}
+	res.Telemetry.SnapshotBytes = rec.SnapshotBytes
+	data, err := json.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	return data, worker.Park(contracts.StatusWaiting, rec.Waits)
+}
+
+func pendingOf(runID string, res *sandbox.Result, refs map[string]catalogRef) []pendingCall {
+	out := make([]pendingCall, 0, len(res.PendingToolCalls))
+	for _, p := range res.PendingToolCalls {
+		pc := pendingCall{CallID: p.CallID, ToolID: p.ToolID, Source: p.Source, Input: p.Input}
+		if refs[p.ToolID].Source == contracts.SourceClient || p.Source == sandbox.SourceClient {
+			pc.Submitted = true // the requester runs client tools
+		} else {
+			pc.JobID = nestedJobID(runID, p.CallID)
+		}
+		out = append(out, pc)
+	}
+	return out
+}
+
+// submitPending enqueues the nested jobs of pending calls not yet
+// submitted, then records that they are. Job ids are deterministic, so a
+// repeat after a crash does not enqueue twice.
+func (c *CodeMode) submitPending(ctx context.Context, rec *record, rev uint64) (uint64, error) {
+	todo := false
+	for _, p := range rec.Pending {
+		if !p.Submitted {
+			todo = true
+		}
+	}
+	if !todo {
+		return rev, nil
+	}
+	for _, p := range rec.Pending {
+		if p.Submitted {
+			continue
+		}
+		ref := rec.Catalog[p.ToolID]
+		nj := &contracts.Job{
+			ID: p.JobID, Tool: ref.Tool, Session: rec.Session, Input: p.Input,
+			Parent: &contracts.Parent{RunID: rec.RunID, CallID: p.CallID}, CreatedAt: time.Now().UTC(),
+		}
+		if err := c.prod.SubmitJob(ctx, nj, rec.TraceParent); err != nil {
+			return rev, fmt.Errorf("codemode: submit nested call %s: %w", p.CallID, err)
+		}
+	}
+	for i := range rec.Pending {
+		rec.Pending[i].Submitted = true
+	}
+	return c.store.save(ctx, rec, rev, c.remaining(rec))
+}
+
+// remaining is the TTL left to a run's record (at least a second).
+func (c *CodeMode) remaining(rec *record) time.Duration {
+	return max(time.Until(rec.ExpiresAt), time.Second)
+}
+
+// checkSuspendedCap refuses a suspension when the session has too many runs.
+func (c *CodeMode) checkSuspendedCap(ctx context.Context, session string) error {
+	st, err := c.js.Stream(ctx, "KV_"+c.cfg.Subjects.Bucket("runs"))
+	if err != nil {
+		return err
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(c.store.subj+session+".*"))
+	if err != nil {
+		return err
+	}
+	if len(info.State.Subjects) >= c.cfg.MaxSuspendedPerSession {
+		return worker.Permanent(contracts.Errorf(contracts.CodeInvalidInput, "%s (at most %d per session)", msgTooManyRuns, c.cfg.MaxSuspendedPerSession))
+	}
+	return nil
+}

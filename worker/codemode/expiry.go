@@ -1,0 +1,108 @@
+package codemode
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/contracts"
+)
+
+// startExpiry follows the runs bucket for the markers JetStream writes when
+// a run's record outlives its TTL: the run's exec job fails with timeout and
+// its snapshot is deleted. One durable consumer is shared by every worker.
+func (c *CodeMode) startExpiry(ctx, lctx context.Context) error {
+	stream := "KV_" + c.cfg.Subjects.Bucket("runs")
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable:       "codemode_expiry",
+		Description:   "code-mode run expiry",
+		FilterSubject: c.store.subj + ">",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverNewPolicy,
+		AckWait:       30 * time.Second,
+		MaxDeliver:    10,
+	})
+	if err != nil {
+		return fmt.Errorf("codemode: expiry consumer: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if m.Headers().Get(jetstream.MarkerReasonHeader) == "MaxAge" {
+			key := strings.TrimPrefix(m.Subject(), c.store.subj)
+			if session, runID, ok := sessionAndRun(key); ok {
+				if err := c.expire(lctx, session, runID); err != nil {
+					_ = m.NakWithDelay(time.Second)
+					return
+				}
+			}
+		}
+		_ = m.Ack()
+	})
+	if err != nil {
+		return fmt.Errorf("codemode: expiry consumer: %w", err)
+	}
+	c.loops.Add(1)
+	go func() {
+		defer c.loops.Done()
+		<-lctx.Done()
+		cc.Stop()
+	}()
+	return nil
+}
+
+// expire fails an expired run's exec job (unless it already ended) and
+// deletes its snapshot.
+func (c *CodeMode) expire(ctx context.Context, session, runID string) error {
+	ref := &contracts.Job{ID: runID, Session: session, Tool: contracts.ToolCodeModeExec}
+	werr := contracts.Errorf(contracts.CodeTimeout, "code mode run expired: its snapshot outlived snapshotTtlSeconds while waiting")
+	if err := c.w.Emit(ctx, ref, contracts.StatusFailed, 1, nil, werr); err != nil && !isEnded(err) {
+		return err
+	}
+	c.store.dropSnapshot(ctx, session+"."+runID)
+	c.log.Info("code mode run expired", slog.String("run", runID), slog.String("session", session))
+	return nil
+}
+
+// startCancelWatch follows the cancels bucket: a cancelled exec job's run
+// is removed with its snapshot and its pending nested jobs are cancelled.
+func (c *CodeMode) startCancelWatch(ctx, lctx context.Context) error {
+	kv, err := c.js.KeyValue(ctx, c.cfg.Subjects.Bucket("cancels"))
+	if err != nil {
+		return fmt.Errorf("codemode: cancels bucket: %w", err)
+	}
+	w, err := kv.WatchAll(lctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("codemode: watch cancels: %w", err)
+	}
+	c.loops.Add(1)
+	go func() {
+		defer c.loops.Done()
+		for e := range w.Updates() {
+			if e == nil {
+				continue
+			}
+			session := string(e.Value())
+			if contracts.ValidID(session) && contracts.ValidID(e.Key()) {
+				c.cancelRun(lctx, session, e.Key())
+			}
+		}
+	}()
+	return nil
+}
+
+func (c *CodeMode) cancelRun(ctx context.Context, session, runID string) {
+	rec, _, err := c.store.load(ctx, session, runID)
+	if err != nil {
+		return
+	}
+	for _, p := range rec.Pending {
+		if p.JobID != "" && !rec.hasResult(p.CallID) {
+			_ = c.prod.Cancel(ctx, session, p.JobID)
+		}
+	}
+	c.drop(ctx, rec)
+	c.log.Info("code mode run cancelled", slog.String("run", runID))
+}

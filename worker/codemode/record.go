@@ -1,0 +1,212 @@
+package codemode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/internal/bus"
+	"github.com/toolq/toolq/sandbox"
+)
+
+// Run statuses in a record.
+const (
+	runWaiting   = "waiting"
+	runResuming  = "resuming"
+	runCompleted = "completed"
+	runFailed    = "failed"
+)
+
+// record is a code-mode run as kept in the toolq_runs bucket under
+// <session>.<run id>. Every write is conditional on the revision read and
+// carries the run's TTL, so an abandoned run expires and leaves a marker.
+type record struct {
+	RunID   string `json:"runId"`
+	Session string `json:"session"`
+	// ExecJob is the code_mode.exec job (its id is the run id).
+	ExecJob string `json:"execJob"`
+	Status  string `json:"status"`
+	Reason  string `json:"reason,omitempty"`
+	// Pending are the nested calls the guest waits on; Results the ones
+	// that came back, in arrival order.
+	Pending []pendingCall `json:"pending,omitempty"`
+	Results []callResult  `json:"results,omitempty"`
+	// Snapshot is inline when small; otherwise SnapshotObject names it in
+	// the object store.
+	Snapshot       []byte `json:"snapshot,omitempty"`
+	SnapshotObject string `json:"snapshotObject,omitempty"`
+	SnapshotBytes  int    `json:"snapshotBytes"`
+
+	AutoResume  bool           `json:"autoResume,omitempty"`
+	RestartSafe bool           `json:"restartSafe,omitempty"`
+	Limits      sandbox.Limits `json:"limits"`
+	TTLSeconds  int64          `json:"ttlSeconds"`
+	Lease       *lease         `json:"lease,omitempty"`
+	Wait        *lease         `json:"wait,omitempty"`
+	// Waits counts the waiting events written to the exec job (n of the next).
+	Waits       int       `json:"waits"`
+	SuspendedAt time.Time `json:"suspendedAt"`
+	SuspendedMs float64   `json:"suspendedMs"`
+	ExpiresAt   time.Time `json:"expiresAt"`
+	TraceParent string    `json:"traceparent,omitempty"`
+	// Final is the run's last CodeModeResult once it completed or failed.
+	Final *sandbox.Result `json:"final,omitempty"`
+	// Catalog maps the ids of the run's tools to how they are called.
+	Catalog map[string]catalogRef `json:"catalog"`
+}
+
+type pendingCall struct {
+	CallID    string          `json:"callId"`
+	ToolID    string          `json:"toolId"`
+	Source    string          `json:"source,omitempty"`
+	JobID     string          `json:"jobId,omitempty"`
+	Input     json.RawMessage `json:"input,omitempty"`
+	Submitted bool            `json:"submitted"`
+}
+
+type callResult struct {
+	CallID string          `json:"callId"`
+	Value  json.RawMessage `json:"value,omitempty"`
+	Error  string          `json:"error,omitempty"`
+	At     time.Time       `json:"at"`
+}
+
+// catalogRef is what a run needs to call one of its tools.
+type catalogRef struct {
+	Tool         string          `json:"tool,omitempty"`
+	Source       string          `json:"source"`
+	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
+	SideEffects  bool            `json:"sideEffects,omitempty"`
+}
+
+type lease struct {
+	Owner string    `json:"owner"`
+	Until time.Time `json:"until"`
+}
+
+func (l *lease) heldBy(other string, now time.Time) bool {
+	return l != nil && l.Owner != other && now.Before(l.Until)
+}
+
+func (r *record) ended() bool { return r.Status == runCompleted || r.Status == runFailed }
+
+func (r *record) pending(callID string) *pendingCall {
+	for i := range r.Pending {
+		if r.Pending[i].CallID == callID {
+			return &r.Pending[i]
+		}
+	}
+	return nil
+}
+
+func (r *record) hasResult(callID string) bool {
+	for _, res := range r.Results {
+		if res.CallID == callID {
+			return true
+		}
+	}
+	return false
+}
+
+// resumable: every pending call has its result (or the run only yielded).
+func (r *record) resumable() bool {
+	if r.Status != runWaiting {
+		return false
+	}
+	for _, p := range r.Pending {
+		if !r.hasResult(p.CallID) {
+			return false
+		}
+	}
+	return true
+}
+
+func runKey(session, runID string) string { return session + "." + runID }
+
+// store reads and writes run records and snapshots.
+type store struct {
+	js    jetstream.JetStream
+	kv    jetstream.KeyValue
+	obj   jetstream.ObjectStore
+	subj  string // $KV.<bucket>.
+	limit int    // inline snapshot bytes
+}
+
+var errNoRun = errors.New("codemode: no such run")
+
+func (s *store) load(ctx context.Context, session, runID string) (*record, uint64, error) {
+	e, err := s.kv.Get(ctx, runKey(session, runID))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, 0, errNoRun
+		}
+		return nil, 0, fmt.Errorf("codemode: load run %s: %w", runID, err)
+	}
+	var r record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return nil, 0, fmt.Errorf("codemode: run record %s: %w", runID, err)
+	}
+	return &r, e.Revision(), nil
+}
+
+// errStale is returned by save when the record changed since it was read.
+var errStale = errors.New("codemode: run record changed")
+
+// save writes r if the record is still at rev (0: it must not exist) and
+// gives the new entry the run's TTL. It returns the new revision.
+func (s *store) save(ctx context.Context, r *record, rev uint64, ttl time.Duration) (uint64, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return 0, err
+	}
+	msg := &nats.Msg{Subject: s.subj + runKey(r.Session, r.RunID), Data: data}
+	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
+	if err != nil {
+		if bus.IsWrongLastSequence(err) {
+			return 0, errStale
+		}
+		return 0, fmt.Errorf("codemode: save run %s: %w", r.RunID, err)
+	}
+	return ack.Sequence, nil
+}
+
+// putSnapshot stores a snapshot for r: inline when small, else as an object.
+func (s *store) putSnapshot(ctx context.Context, r *record, snap []byte) error {
+	r.SnapshotBytes = len(snap)
+	if len(snap) <= s.limit {
+		r.Snapshot, r.SnapshotObject = snap, ""
+		return nil
+	}
+	name := r.Session + "." + r.RunID
+	if _, err := s.obj.PutBytes(ctx, name, snap); err != nil {
+		return fmt.Errorf("codemode: store snapshot of %s: %w", r.RunID, err)
+	}
+	r.Snapshot, r.SnapshotObject = nil, name
+	return nil
+}
+
+func (s *store) getSnapshot(ctx context.Context, r *record) ([]byte, error) {
+	if r.SnapshotObject == "" {
+		if len(r.Snapshot) == 0 {
+			return nil, errors.New("codemode: run has no snapshot")
+		}
+		return r.Snapshot, nil
+	}
+	b, err := s.obj.GetBytes(ctx, r.SnapshotObject)
+	if err != nil {
+		return nil, fmt.Errorf("codemode: load snapshot of %s: %w", r.RunID, err)
+	}
+	return b, nil
+}
+
+// dropSnapshot deletes a run's snapshot object, if it has one.
+func (s *store) dropSnapshot(ctx context.Context, name string) {
+	if name != "" {
+		_ = s.obj.Delete(ctx, name)
+	}
+}

@@ -1,0 +1,125 @@
+package codemode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/worker"
+)
+
+// handleResult records the outcome of one nested call on its run and, for
+// an autoResume run whose calls are all back, resumes it.
+func (c *CodeMode) handleResult(ctx context.Context, job *contracts.Job) (json.RawMessage, error) {
+	var tr contracts.ToolResult
+	if err := json.Unmarshal(job.Input, &tr); err != nil {
+		return nil, worker.Permanent(contracts.Errorf(contracts.CodeInvalidInput, "code_mode.result input: %v", err))
+	}
+	if err := tr.Validate(); err != nil {
+		return nil, worker.Permanent(err)
+	}
+	for range 20 {
+		rec, rev, err := c.store.load(ctx, job.Session, tr.RunID)
+		if errors.Is(err, errNoRun) {
+			return json.RawMessage(`{"recorded":false,"reason":"run gone"}`), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if rec.ended() {
+			return json.RawMessage(`{"recorded":false,"reason":"run ended"}`), nil
+		}
+		p := rec.pending(tr.CallID)
+		if p == nil {
+			if rec.Status == runResuming {
+				// The call may belong to the slice being recorded right now.
+				return nil, worker.RetryAfter(250*time.Millisecond, errors.New("run is resuming"))
+			}
+			return json.RawMessage(`{"recorded":false,"reason":"no such pending call"}`), nil
+		}
+		if tr.JobID != "" && p.JobID != "" && tr.JobID != p.JobID {
+			return nil, worker.Permanent(contracts.Errorf(contracts.CodeInvalidInput, "result for call %s comes from job %s, not %s", tr.CallID, tr.JobID, p.JobID))
+		}
+		if rec.hasResult(tr.CallID) {
+			return json.RawMessage(`{"recorded":false,"reason":"duplicate"}`), nil
+		}
+		rec.Results = append(rec.Results, settlementOf(&tr, rec.Catalog[p.ToolID]))
+		rev, err = c.store.save(ctx, rec, rev, c.remaining(rec))
+		if errors.Is(err, errStale) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if rec.AutoResume && rec.resumable() {
+			_, err := c.resume(ctx, rec, rev, "")
+			if err != nil && !errors.Is(err, errStale) && !errors.Is(err, errBusy) {
+				return nil, err
+			}
+		}
+		return json.RawMessage(`{"recorded":true}`), nil
+	}
+	return nil, errors.New("codemode: run record kept changing")
+}
+
+// settlementOf turns a nested job's outcome into what the guest gets: the
+// result (checked against the tool's declared output schema) or an error.
+func settlementOf(tr *contracts.ToolResult, ref catalogRef) callResult {
+	r := callResult{CallID: tr.CallID, At: time.Now().UTC()}
+	if tr.Status != contracts.StatusCompleted {
+		msg := string(tr.Status)
+		if tr.Error != nil {
+			msg = tr.Error.Error()
+		}
+		r.Error = msg
+		return r
+	}
+	r.Value = tr.Result
+	if len(r.Value) == 0 {
+		r.Value = json.RawMessage("null")
+	}
+	if err := checkOutput(ref.OutputSchema, r.Value); err != nil {
+		r.Value, r.Error = nil, "the tool's result does not match its declared output schema: "+err.Error()
+	}
+	return r
+}
+
+// checkOutput validates v against schema (none: anything goes).
+func checkOutput(schema, v json.RawMessage) error {
+	if len(schema) == 0 || string(schema) == "{}" {
+		return nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(string(schema)))
+	if err != nil {
+		return fmt.Errorf("schema unreadable: %w", err)
+	}
+	comp := jsonschema.NewCompiler()
+	if err := comp.AddResource("output.json", doc); err != nil {
+		return err
+	}
+	sch, err := comp.Compile("output.json")
+	if err != nil {
+		return fmt.Errorf("schema invalid: %w", err)
+	}
+	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(string(v)))
+	if err != nil {
+		return err
+	}
+	if err := sch.Validate(inst); err != nil {
+		first := err.Error()
+		if i := strings.IndexByte(first, '\n'); i > 0 {
+			first = first[:i]
+		}
+		return errors.New(first)
+	}
+	return nil
+}
+
+var _ = slog.Default

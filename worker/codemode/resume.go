@@ -1,0 +1,125 @@
+package codemode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/sandbox"
+	"github.com/toolq/toolq/worker"
+)
+
+// errBusy: another worker holds the run's lease.
+var errBusy = errors.New("codemode: run is being resumed elsewhere")
+
+// resume takes the run's lease, restores its VM from the snapshot, settles
+// its calls in the order their results arrived, and records what follows:
+// waiting again (new snapshot, new nested jobs, a waiting event on the exec
+// job) or the end (completed / failed event, record and snapshot removed).
+// It returns the CodeModeResult. waitJob, when set, is the code_mode.wait
+// job this resume answers; its claim is released in the same write.
+func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob string) (*sandbox.Result, error) {
+	now := time.Now()
+	if rec.Lease.heldBy(c.w.Name(), now) {
+		return nil, errBusy
+	}
+	rec.Lease = &lease{Owner: c.w.Name(), Until: now.Add(c.cfg.LeaseTTL)}
+	rec.Status = runResuming
+	rev, err := c.store.save(ctx, rec, rev, c.remaining(rec))
+	if err != nil {
+		return nil, err
+	}
+	snap, err := c.store.getSnapshot(ctx, rec)
+	if err != nil {
+		res := &sandbox.Result{Status: sandbox.StatusFailed, Code: contracts.CodeInternalError, Error: "code mode snapshot is missing: " + err.Error()}
+		return res, c.finish(ctx, rec, rev, res)
+	}
+	settle := make([]sandbox.Settlement, 0, len(rec.Results))
+	for _, r := range rec.Results {
+		if rec.pending(r.CallID) != nil {
+			settle = append(settle, sandbox.Settlement{CallID: r.CallID, Value: r.Value, Error: r.Error})
+		}
+	}
+	suspended := float64(now.Sub(rec.SuspendedAt).Microseconds()) / 1000
+	out, err := c.cfg.Engine.Resume(ctx, &sandbox.ResumeRequest{
+		Snapshot: snap, Settlements: settle,
+		Bridge: &bridge{refs: rec.Catalog, restartSafe: rec.RestartSafe}, Limits: rec.Limits,
+	})
+	if err != nil {
+		// The job's context ended mid-resume: give the lease back so the
+		// next trigger does not wait for it to expire.
+		rec.Status, rec.Lease = runWaiting, nil
+		bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _ = c.store.save(bg, rec, rev, c.remaining(rec))
+		return nil, err
+	}
+	res := &out.Result
+	rec.SuspendedMs += suspended
+	res.Telemetry.SuspendedMs = rec.SuspendedMs
+	if waitJob != "" && rec.Wait != nil && rec.Wait.Owner == waitJob {
+		rec.Wait = nil
+	}
+	if res.Status != sandbox.StatusWaiting {
+		return res, c.finish(ctx, rec, rev, res)
+	}
+	old := rec.SnapshotObject
+	rec.Status, rec.Reason, rec.Lease = runWaiting, res.Reason, nil
+	rec.Pending = pendingOf(rec.RunID, res, rec.Catalog)
+	rec.Results = nil
+	rec.Waits++
+	rec.SuspendedAt = time.Now()
+	rec.ExpiresAt = rec.SuspendedAt.Add(time.Duration(rec.TTLSeconds) * time.Second)
+	if err := c.store.putSnapshot(ctx, rec, out.Snapshot); err != nil {
+		return nil, err
+	}
+	if rev, err = c.store.save(ctx, rec, rev, c.remaining(rec)); err != nil {
+		return nil, err
+	}
+	if old != "" && old != rec.SnapshotObject {
+		c.store.dropSnapshot(ctx, old)
+	}
+	if _, err := c.submitPending(ctx, rec, rev); err != nil {
+		return nil, err
+	}
+	res.Telemetry.SnapshotBytes = rec.SnapshotBytes
+	data, _ := json.Marshal(res)
+	if err := c.w.Emit(ctx, c.execRef(rec), contracts.StatusWaiting, rec.Waits, data, nil); err != nil && !errors.Is(err, worker.ErrJobEnded) {
+		c.log.Warn("waiting event not written", slog.String("run", rec.RunID), slog.Any("err", err))
+	}
+	return res, nil
+}
+
+func (c *CodeMode) execRef(rec *record) *contracts.Job {
+	return &contracts.Job{ID: rec.ExecJob, Session: rec.Session, Tool: contracts.ToolCodeModeExec}
+}
+
+// finish ends a run: the exec job's terminal event, then the record and
+// the snapshot go.
+func (c *CodeMode) finish(ctx context.Context, rec *record, rev uint64, res *sandbox.Result) error {
+	var err error
+	if res.Status == sandbox.StatusFailed {
+		err = c.w.Emit(ctx, c.execRef(rec), contracts.StatusFailed, 1, nil, failedError(res))
+	} else {
+		data, _ := json.Marshal(res)
+		err = c.w.Emit(ctx, c.execRef(rec), contracts.StatusCompleted, 1, data, nil)
+	}
+	if err != nil && !errors.Is(err, worker.ErrJobEnded) {
+		return err
+	}
+	c.drop(ctx, rec)
+	return nil
+}
+
+// drop removes a run's record and snapshot.
+func (c *CodeMode) drop(ctx context.Context, rec *record) {
+	c.store.dropSnapshot(ctx, rec.SnapshotObject)
+	if err := c.store.kv.Purge(ctx, runKey(rec.Session, rec.RunID), jetstream.PurgeTTL(time.Second)); err != nil {
+		c.log.Warn("run record not removed", slog.String("run", rec.RunID), slog.Any("err", err))
+	}
+}
