@@ -90,6 +90,9 @@ Submit a job and wait for its result:    toolq submit --tool noop --input '{"hi"
 		newEventsCmd(g),
 		newCancelCmd(g),
 		newBenchCmd(g),
+		newExecCmd(g),
+		newWaitCmd(g),
+		newRunsCmd(g),
 	)
 	return root
 }

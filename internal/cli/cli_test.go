@@ -32,10 +32,27 @@ func TestDevOnceRunsSelfCheck(t *testing.T) {
 	code, out, errOut := run(t, "dev", "--once", "--listen", "127.0.0.1:-1", "--data", dir, "--log-level", "warn")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, errOut, "self-check job")
+	require.Contains(t, errOut, "self-check code-mode run")
+	dec := json.NewDecoder(strings.NewReader(out))
 	var ev contracts.Event
-	require.NoError(t, json.Unmarshal([]byte(out), &ev))
+	require.NoError(t, dec.Decode(&ev))
 	require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
 	require.JSONEq(t, `{"hello":"toolq"}`, string(ev.Data.Result))
+	var cm struct {
+		Status string `json:"status"`
+		Value  struct {
+			Echo  map[string]string `json:"echo"`
+			Tools int               `json:"tools"`
+		} `json:"value"`
+		Telemetry struct {
+			Resumes int `json:"resumes"`
+		} `json:"telemetry"`
+	}
+	require.NoError(t, dec.Decode(&cm))
+	require.Equal(t, "completed", cm.Status)
+	require.Equal(t, "code mode", cm.Value.Echo["hello"])
+	require.GreaterOrEqual(t, cm.Value.Tools, 3)
+	require.Equal(t, 1, cm.Telemetry.Resumes)
 	// The data directory is kept: a second start finds the streams.
 	_, err := os.Stat(filepath.Join(dir, "jetstream"))
 	require.NoError(t, err)
@@ -145,4 +162,67 @@ func TestWorkerRunsCodeExecutionWithoutCredentials(t *testing.T) {
 	require.Equal(t, contracts.CodeMissingCredentials, ev.Data.Error.Code)
 	require.Contains(t, string(ev.Data.Error.Details), "missing_xai_api_key")
 	require.Equal(t, 1, ev.Data.Attempt, "missing credentials are not retried")
+}
+
+func startCodeModeBus(t *testing.T) string {
+	t.Helper()
+	srv := testutil.StartJetStream(t)
+	keyFile := filepath.Join(t.TempDir(), "key")
+	require.NoError(t, os.WriteFile(keyFile, []byte("00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"), 0o600))
+	g := &globals{prefix: contracts.DefaultPrefix, log: slog.New(slog.NewTextHandler(io.Discard, nil)), stdout: io.Discard, stderr: io.Discard}
+	n, err := newNode(testutil.Context(t, 30*time.Second), g, srv.Connect(t), &workerFlags{concurrency: 8, replicas: 1, stopTimeout: time.Second, snapshotKeyFile: keyFile})
+	require.NoError(t, err)
+	require.NotNil(t, n.cm)
+	require.NoError(t, n.start(testutil.Context(t, 30*time.Second)))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, n.stop(ctx))
+	})
+	return srv.ClientURL()
+}
+
+func TestExecWaitAndRuns(t *testing.T) {
+	t.Parallel()
+	url := startCodeModeBus(t)
+	dir := t.TempDir()
+	code := filepath.Join(dir, "plan.ts")
+	require.NoError(t, os.WriteFile(code, []byte(`
+		interface Echo { n: number }
+		const a = await tools.callValue("toolq:core:noop", {n: 20}) as Echo;
+		const b = await tools.callValue("toolq:core:noop", {n: 22}) as Echo;
+		return a.n + b.n;`), 0o600))
+	rc, out, errOut := run(t, "--nats", url, "exec", "--code", code, "--language", "typescript", "--session", "cm", "--wait")
+	require.Equal(t, 0, rc, errOut)
+	var res struct {
+		Status    string          `json:"status"`
+		Value     json.RawMessage `json:"value"`
+		Telemetry struct {
+			Resumes int `json:"resumes"`
+		} `json:"telemetry"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.Equal(t, "completed", res.Status)
+	require.JSONEq(t, `42`, string(res.Value))
+	require.Equal(t, 2, res.Telemetry.Resumes)
+
+	// A run left waiting shows in `runs`, and `wait` on a bad id is refused.
+	slow := filepath.Join(dir, "slow.js")
+	require.NoError(t, os.WriteFile(slow, []byte(`return await tools.callValue("toolq:core:sleep", {ms: 60000});`), 0o600))
+	rc, out, errOut = run(t, "--nats", url, "exec", "--code", slow, "--session", "cm")
+	require.Equal(t, 0, rc, errOut)
+	var w struct {
+		Status string `json:"status"`
+		RunID  string `json:"runId"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &w), out)
+	require.Equal(t, "waiting", w.Status)
+	rc, out, errOut = run(t, "--nats", url, "--json", "runs", "--session", "cm")
+	require.Equal(t, 0, rc, errOut)
+	require.Contains(t, out, w.RunID)
+	rc, out, _ = run(t, "--nats", url, "wait", "--session", "cm", "nope")
+	require.Equal(t, 1, rc)
+	require.Contains(t, out, "unavailable or expired")
+	rc, _, errOut = run(t, "--nats", url, "cancel", "--session", "cm", w.RunID)
+	require.Equal(t, 0, rc, errOut)
 }

@@ -1,11 +1,17 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -14,14 +20,18 @@ import (
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/embedded"
 	"github.com/toolq/toolq/producer"
+	"github.com/toolq/toolq/sandbox"
 	"github.com/toolq/toolq/worker"
+	"github.com/toolq/toolq/worker/codemode"
 )
 
 type workerFlags struct {
-	name        string
-	concurrency int
-	replicas    int
-	stopTimeout time.Duration
+	name            string
+	concurrency     int
+	replicas        int
+	stopTimeout     time.Duration
+	snapshotKeyFile string
+	noCodeMode      bool
 }
 
 func (f *workerFlags) register(cmd *cobra.Command) {
@@ -29,10 +39,27 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&f.concurrency, "concurrency", 16, "jobs of each tool run at once")
 	cmd.Flags().IntVar(&f.replicas, "replicas", 1, "stream replicas (3 in a cluster)")
 	cmd.Flags().DurationVar(&f.stopTimeout, "stop-timeout", 30*time.Second, "how long a stop lets running jobs finish")
+	cmd.Flags().StringVar(&f.snapshotKeyFile, "snapshot-key-file", "", "key that signs code-mode snapshots, shared by every worker (or env TOOLQ_SNAPSHOT_KEY, hex)")
+	cmd.Flags().BoolVar(&f.noCodeMode, "no-code-mode", false, "do not run code-mode jobs on this worker")
+}
+
+// node is a worker with every tool this binary has, code mode included.
+type node struct {
+	w      *worker.Worker
+	cm     *codemode.CodeMode
+	engine *sandbox.Engine
 }
 
 // newWorker builds a worker with every tool this binary has.
 func newWorker(g *globals, nc *nats.Conn, f *workerFlags) (*worker.Worker, error) {
+	n, err := newNode(context.Background(), g, nc, f)
+	if err != nil {
+		return nil, err
+	}
+	return n.w, nil
+}
+
+func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*node, error) {
 	w, err := worker.New(nc, &worker.Config{
 		Name: f.name, Subjects: g.subjects(), Replicas: f.replicas, StopTimeout: f.stopTimeout,
 		Logger: g.log, Tool: worker.ToolConfig{Concurrency: f.concurrency},
@@ -43,19 +70,100 @@ func newWorker(g *globals, nc *nats.Conn, f *workerFlags) (*worker.Worker, error
 	if err := registerTools(g, w, nc.Publish); err != nil {
 		return nil, err
 	}
-	return w, nil
+	n := &node{w: w}
+	if f.noCodeMode {
+		return n, nil
+	}
+	key, err := snapshotKey(f.snapshotKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	if key == nil {
+		g.log.Warn("code mode is off on this worker: no snapshot key (--snapshot-key-file or TOOLQ_SNAPSHOT_KEY)")
+		return n, nil
+	}
+	// Fail closed: a worker asked to run code mode without its runtime
+	// does not start.
+	if n.engine, err = sandbox.NewEngine(ctx, &sandbox.EngineConfig{SnapshotKey: key}); err != nil {
+		return nil, fmt.Errorf("code mode: %w", err)
+	}
+	if n.cm, err = codemode.Register(w, nc, &codemode.Config{
+		Engine: n.engine, Subjects: g.subjects(), Replicas: f.replicas, Logger: g.log,
+	}); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
-// serve starts w and runs it until ctx ends, then stops it gracefully.
-func serve(ctx context.Context, g *globals, w *worker.Worker, f *workerFlags) error {
-	if err := w.Start(ctx); err != nil {
+func (n *node) start(ctx context.Context) error {
+	if n.cm != nil {
+		if err := n.cm.Start(ctx); err != nil {
+			return err
+		}
+	}
+	return n.w.Start(ctx)
+}
+
+func (n *node) stop(ctx context.Context) error {
+	err := n.w.Stop(ctx)
+	if n.cm != nil {
+		err = errors.Join(err, n.cm.Stop(ctx))
+	}
+	if n.engine != nil {
+		err = errors.Join(err, n.engine.Close(ctx))
+	}
+	return err
+}
+
+// snapshotKey reads the snapshot-signing key: a file (raw bytes, or hex)
+// or TOOLQ_SNAPSHOT_KEY (hex). nil when neither is set.
+func snapshotKey(file string) ([]byte, error) {
+	var raw []byte
+	switch {
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot key: %w", err)
+		}
+		raw = bytes.TrimSpace(b)
+	case os.Getenv("TOOLQ_SNAPSHOT_KEY") != "":
+		raw = []byte(strings.TrimSpace(os.Getenv("TOOLQ_SNAPSHOT_KEY")))
+	default:
+		return nil, nil
+	}
+	if k, err := hex.DecodeString(string(raw)); err == nil {
+		raw = k
+	}
+	if len(raw) < 32 {
+		return nil, contracts.Errorf(contracts.CodeInvalidInput, "snapshot key must be at least 32 bytes (64 hex digits)")
+	}
+	return raw, nil
+}
+
+// devSnapshotKey returns the dev bus's snapshot key file, creating a random
+// key the first time.
+func devSnapshotKey(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, "snapshot.key")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		return "", err
+	}
+	return path, os.WriteFile(path, []byte(hex.EncodeToString(k)+"\n"), 0o600)
+}
+
+// serve starts n and runs it until ctx ends, then stops it gracefully.
+func serve(ctx context.Context, g *globals, n *node, f *workerFlags) error {
+	if err := n.start(ctx); err != nil {
 		return err
 	}
 	<-ctx.Done()
 	g.log.Info("stopping worker")
 	sctx, cancel := context.WithTimeout(context.Background(), f.stopTimeout+5*time.Second)
 	defer cancel()
-	return w.Stop(sctx)
+	return n.stop(sctx)
 }
 
 func newWorkerCmd(g *globals) *cobra.Command {
@@ -70,12 +178,12 @@ func newWorkerCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer nc.Close()
-			w, err := newWorker(g, nc, f)
+			n, err := newNode(cmd.Context(), g, nc, f)
 			if err != nil {
 				return err
 			}
-			g.log.Info("worker connected", slog.String("nats", g.natsURL), slog.String("name", w.Name()), slog.Any("tools", w.Tools()))
-			return serve(cmd.Context(), g, w, f)
+			g.log.Info("worker connected", slog.String("nats", g.natsURL), slog.String("name", n.w.Name()), slog.Any("tools", n.w.Tools()))
+			return serve(cmd.Context(), g, n, f)
 		},
 	}
 	f.register(cmd)
@@ -111,21 +219,27 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 				return err
 			}
 			defer nc.Close()
-			w, err := newWorker(g, nc, f)
+			if f.snapshotKeyFile == "" && os.Getenv("TOOLQ_SNAPSHOT_KEY") == "" {
+				if f.snapshotKeyFile, err = devSnapshotKey(dataDir); err != nil {
+					return err
+				}
+			}
+			n, err := newNode(ctx, g, nc, f)
 			if err != nil {
 				return err
 			}
-			if err := w.Start(ctx); err != nil {
+			if err := n.start(ctx); err != nil {
 				return err
 			}
+			w := n.w
 			abs, _ := filepath.Abs(dataDir)
 			fmt.Fprintf(g.stderr, "toolq dev: NATS with JetStream at %s (data in %s)\n", srv.URL(), abs)
 			fmt.Fprintf(g.stderr, "toolq dev: worker %s runs %v\n", w.Name(), w.Tools())
 			fmt.Fprintf(g.stderr, "toolq dev: connect with  export TOOLQ_NATS=%s\n", srv.URL())
 			fmt.Fprintf(g.stderr, "toolq dev: then try      toolq submit --tool noop --input '{\"hello\":\"toolq\"}' --wait\n")
 
-			if err := selfCheck(ctx, g, srv); err != nil {
-				_ = w.Stop(context.Background())
+			if err := selfCheck(ctx, g, srv, n.cm != nil); err != nil {
+				_ = n.stop(context.Background())
 				return fmt.Errorf("self-check: %w", err)
 			}
 			if !once {
@@ -133,7 +247,7 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 			}
 			sctx, cancel := context.WithTimeout(context.Background(), f.stopTimeout+5*time.Second)
 			defer cancel()
-			return w.Stop(sctx)
+			return n.stop(sctx)
 		},
 	}
 	f.register(cmd)
@@ -145,7 +259,7 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 }
 
 // selfCheck runs one noop job through the bus and prints its completion event.
-func selfCheck(ctx context.Context, g *globals, srv *embedded.Server) error {
+func selfCheck(ctx context.Context, g *globals, srv *embedded.Server, codeMode bool) error {
 	nc, err := srv.Connect(nats.Name("toolq dev self-check"))
 	if err != nil {
 		return err
@@ -170,5 +284,30 @@ func selfCheck(ctx context.Context, g *globals, srv *embedded.Server) error {
 		return fmt.Errorf("job %s ended %s", job.ID, ev.Data.Status)
 	}
 	fmt.Fprintf(g.stderr, "toolq dev: self-check job %s completed:\n", job.ID)
-	return g.printJSON(ev)
+	if err := g.printJSON(ev); err != nil {
+		return err
+	}
+	if !codeMode {
+		return nil
+	}
+	// Code mode: guest code whose nested call is a queued job; the run
+	// suspends to NATS while it is pending and resumes when it is back.
+	in, _ := json.Marshal(codemode.ExecInput{
+		Code:       `const echo = await tools.callValue("toolq:core:noop", {hello: "code mode"}); text("nested call came back"); return {echo, tools: ALL_TOOLS.length};`,
+		AutoResume: true,
+	})
+	run, err := p.Submit(ctx, contracts.ToolCodeModeExec, in, nil)
+	if err != nil {
+		return err
+	}
+	ev, err = p.Await(ctx, run.Session, run.ID, nil)
+	if err != nil {
+		return err
+	}
+	if ev.Data.Status != contracts.StatusCompleted {
+		b, _ := json.Marshal(ev.Data)
+		return fmt.Errorf("code-mode run %s ended %s: %s", run.ID, ev.Data.Status, b)
+	}
+	fmt.Fprintf(g.stderr, "toolq dev: self-check code-mode run %s (suspended on a nested job, resumed) completed:\n", run.ID)
+	return printRaw(g, ev.Data.Result)
 }

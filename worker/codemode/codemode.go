@@ -251,3 +251,58 @@ func sessionAndRun(key string) (session, runID string, ok bool) {
 }
 
 func isEnded(err error) bool { return errors.Is(err, worker.ErrJobEnded) }
+
+// RunInfo describes a suspended run, as `toolq runs` lists it.
+type RunInfo struct {
+	RunID      string    `json:"runId"`
+	Session    string    `json:"session"`
+	Status     string    `json:"status"`
+	Reason     string    `json:"reason,omitempty"`
+	Pending    int       `json:"pending"`
+	Results    int       `json:"results"`
+	AutoResume bool      `json:"autoResume,omitempty"`
+	Snapshot   int       `json:"snapshotBytes"`
+	Suspended  time.Time `json:"suspendedAt"`
+	Expires    time.Time `json:"expiresAt"`
+}
+
+// ListRuns lists the runs in the runs bucket, of one session or of all
+// (session ""), read straight from NATS: no worker needs to be running.
+func ListRuns(ctx context.Context, js jetstream.JetStream, subjects contracts.Subjects, session string) ([]RunInfo, error) {
+	kv, err := js.KeyValue(ctx, subjects.Bucket("runs"))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	filter := ">"
+	if session != "" {
+		if err := contracts.ValidateID("session", session); err != nil {
+			return nil, err
+		}
+		filter = session + ".*"
+	}
+	lister, err := kv.ListKeysFiltered(ctx, filter)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = lister.Stop() }()
+	var out []RunInfo
+	for k := range lister.Keys() {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var r record
+		if json.Unmarshal(e.Value(), &r) != nil {
+			continue
+		}
+		out = append(out, RunInfo{
+			RunID: r.RunID, Session: r.Session, Status: r.Status, Reason: r.Reason,
+			Pending: len(r.Pending), Results: len(r.Results), AutoResume: r.AutoResume,
+			Snapshot: r.SnapshotBytes, Suspended: r.SuspendedAt, Expires: r.ExpiresAt,
+		})
+	}
+	return out, nil
+}
