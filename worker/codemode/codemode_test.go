@@ -291,3 +291,82 @@ func TestCancelWaitingRunCleansUp(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, contracts.StatusCancelled, ev.Data.Status)
 }
+
+// damageSnapshot overwrites a waiting run's inline snapshot with garbage, as
+// if it had been made by another engine build or lost its bytes.
+func damageSnapshot(t *testing.T, b *bundle, session, runID string) {
+	t.Helper()
+	js := testutil.JetStream(t, b.srv.Connect(t))
+	ctx := testutil.Context(t, 10*time.Second)
+	kv, err := js.KeyValue(ctx, "toolq_runs")
+	require.NoError(t, err)
+	e, err := kv.Get(ctx, session+"."+runID)
+	require.NoError(t, err)
+	var rec map[string]any
+	require.NoError(t, json.Unmarshal(e.Value(), &rec))
+	require.NotEmpty(t, rec["snapshot"], "the snapshot is inline")
+	rec["snapshot"] = []byte("TQSNAP-not-a-real-snapshot")
+	data, err := json.Marshal(rec)
+	require.NoError(t, err)
+	_, err = kv.Update(ctx, session+"."+runID, data, e.Revision())
+	require.NoError(t, err)
+}
+
+func TestRestartSafeRunRebuiltByReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, "A", nil, nil)
+	job := b.exec(t, `
+		const a = await tools.callValue("toolq:core:noop", {n: 1});
+		text("after first");
+		const c = await tools.callValue("toolq:core:noop", {n: a.n + 10});
+		return c.n * 2;`, map[string]any{"restartSafe": true}, nil)
+	require.Equal(t, contracts.StatusWaiting, b.await(t, job, true).Data.Status)
+	// First wait: resumes normally and waits again on the second call.
+	ev := b.wait(t, job.Session, job.ID)
+	require.Equal(t, "waiting", result(t, ev.Data.Result).Status)
+	damageSnapshot(t, b, job.Session, job.ID)
+	ev = b.wait(t, job.Session, job.ID)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, string(ev.Data.Result))
+	r := result(t, ev.Data.Result)
+	require.Equal(t, "completed", r.Status)
+	require.JSONEq(t, `22`, string(r.Value))
+}
+
+func TestDamagedSnapshotFailsRunThatIsNotRestartSafe(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, "A", nil, nil)
+	job := b.exec(t, `return (await tools.callValue("toolq:core:noop", {n: 1})).n;`, nil, nil)
+	require.Equal(t, contracts.StatusWaiting, b.await(t, job, true).Data.Status)
+	damageSnapshot(t, b, job.Session, job.ID)
+	ev := b.wait(t, job.Session, job.ID)
+	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+	require.Equal(t, contracts.CodeInternalError, ev.Data.Error.Code)
+	final := b.await(t, job, false)
+	require.Equal(t, contracts.StatusFailed, final.Data.Status)
+	requireNoRun(t, b.srv.Connect(t), job.Session, job.ID)
+}
+
+func TestRestartSafeRefusesSideEffects(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ran sync.Mutex
+	calls := 0
+	b.startWorker(t, "A", nil, func(w *worker.Worker) {
+		require.NoError(t, w.Register("send_mail", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
+			ran.Lock()
+			calls++
+			ran.Unlock()
+			return json.RawMessage(`"sent"`), nil
+		}), &worker.ToolConfig{Catalog: &contracts.CatalogTool{Description: "Send mail.", SideEffects: true}}))
+	})
+	job := b.exec(t, `try { await tools.callValue("toolq:core:send_mail", {to: "x"}); return "sent"; } catch (e) { return "refused: " + e.message; }`,
+		map[string]any{"restartSafe": true}, nil)
+	ev := b.await(t, job, false)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
+	require.Contains(t, string(result(t, ev.Data.Result).Value), "refused in a restartSafe run")
+	ran.Lock()
+	defer ran.Unlock()
+	require.Equal(t, 0, calls)
+}

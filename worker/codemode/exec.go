@@ -23,6 +23,9 @@ type bridge struct {
 	sandbox.CatalogBridge
 	refs        map[string]catalogRef
 	restartSafe bool
+
+	// replay answers calls from a restartSafe run's history by call id.
+	replay map[string]callResult
 }
 
 func (b *bridge) Call(_ context.Context, call sandbox.ToolCall) (sandbox.CallOutcome, error) {
@@ -32,6 +35,9 @@ func (b *bridge) Call(_ context.Context, call sandbox.ToolCall) (sandbox.CallOut
 	}
 	if b.restartSafe && ref.SideEffects {
 		return sandbox.CallOutcome{}, fmt.Errorf("%s: %s", call.Tool.ID, msgRestartUnsafe)
+	}
+	if r, ok := b.replay[call.CallID]; ok {
+		return sandbox.CallOutcome{Value: r.Value, Error: r.Error}, nil
 	}
 	return sandbox.CallOutcome{Pending: true}, nil
 }
@@ -128,6 +134,12 @@ func (c *CodeMode) handleExec(ctx context.Context, job *contracts.Job) (json.Raw
 		TraceParent: worker.TraceParent(ctx), Catalog: rc.refs,
 	}
 	rec.Pending = pendingOf(runID, res, rc.refs)
+	if in.RestartSafe {
+		rec.Code, rec.Language = in.Code, in.Language
+		if rec.Code == "" {
+			rec.Code = in.Command
+		}
+	}
 	if err := c.store.putSnapshot(ctx, rec, out.Snapshot); err != nil {
 		return nil, err
 	}

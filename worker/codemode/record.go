@@ -58,6 +58,12 @@ type record struct {
 	Final *sandbox.Result `json:"final,omitempty"`
 	// Catalog maps the ids of the run's tools to how they are called.
 	Catalog map[string]catalogRef `json:"catalog"`
+	// A restartSafe run keeps its code and every result it was given, so
+	// it can be rebuilt by replay when its snapshot is lost or was made by
+	// another engine build.
+	Code     string       `json:"code,omitempty"`
+	Language string       `json:"language,omitempty"`
+	History  []callResult `json:"history,omitempty"`
 }
 
 type pendingCall struct {

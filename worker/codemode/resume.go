@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,22 +36,38 @@ func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob 
 	if err != nil {
 		return nil, err
 	}
-	snap, err := c.store.getSnapshot(ctx, rec)
-	if err != nil {
-		res := &sandbox.Result{Status: sandbox.StatusFailed, Code: contracts.CodeInternalError, Error: "code mode snapshot is missing: " + err.Error()}
-		return res, c.finish(ctx, rec, rev, res)
-	}
 	settle := make([]sandbox.Settlement, 0, len(rec.Results))
 	for _, r := range rec.Results {
 		if rec.pending(r.CallID) != nil {
 			settle = append(settle, sandbox.Settlement{CallID: r.CallID, Value: r.Value, Error: r.Error})
+			if rec.RestartSafe {
+				rec.History = append(rec.History, r)
+			}
 		}
 	}
 	suspended := float64(now.Sub(rec.SuspendedAt).Microseconds()) / 1000
-	out, err := c.cfg.Engine.Resume(ctx, &sandbox.ResumeRequest{
-		Snapshot: snap, Settlements: settle,
-		Bridge: &bridge{refs: rec.Catalog, restartSafe: rec.RestartSafe}, Limits: rec.Limits,
-	})
+	var out *sandbox.Outcome
+	snap, err := c.store.getSnapshot(ctx, rec)
+	if err == nil {
+		out, err = c.cfg.Engine.Resume(ctx, &sandbox.ResumeRequest{
+			Snapshot: snap, Settlements: settle,
+			Bridge: &bridge{refs: rec.Catalog, restartSafe: rec.RestartSafe}, Limits: rec.Limits,
+		})
+		if err == nil && snapshotRefused(&out.Result) {
+			err = fmt.Errorf("%s", out.Result.Error)
+		} else if err != nil && ctx.Err() == nil {
+			err = fmt.Errorf("resume: %w", err)
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		// The snapshot is gone or unusable (another engine build, damage).
+		if !rec.RestartSafe {
+			res := &sandbox.Result{Status: sandbox.StatusFailed, Code: contracts.CodeInternalError, Error: "code mode run cannot be resumed: " + err.Error()}
+			return res, c.finish(ctx, rec, rev, res)
+		}
+		c.log.Warn("rebuilding a restartSafe run by replay", slog.String("run", rec.RunID), slog.Any("cause", err))
+		out, err = c.replay(ctx, rec)
+	}
 	if err != nil {
 		// The job's context ended mid-resume: give the lease back so the
 		// next trigger does not wait for it to expire.
@@ -93,6 +111,41 @@ func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob 
 		c.log.Warn("waiting event not written", slog.String("run", rec.RunID), slog.Any("err", err))
 	}
 	return res, nil
+}
+
+// replay rebuilds a restartSafe run from its code: every call it made is
+// answered at once from the recorded results, so the guest reaches the same
+// point and goes on from there.
+func (c *CodeMode) replay(ctx context.Context, rec *record) (*sandbox.Outcome, error) {
+	answers := make(map[string]callResult, len(rec.History))
+	for _, r := range rec.History {
+		answers[r.CallID] = r
+	}
+	tools := make([]sandbox.Tool, 0, len(rec.Catalog))
+	c.catalog.mu.RLock()
+	for id := range rec.Catalog {
+		if t, ok := c.catalog.entries[id]; ok {
+			tools = append(tools, toSandbox(t))
+		}
+	}
+	c.catalog.mu.RUnlock()
+	out, err := c.cfg.Engine.Exec(ctx, &sandbox.ExecRequest{
+		Input:   sandbox.Input{Code: rec.Code, Language: rec.Language},
+		Catalog: tools, Limits: rec.Limits, RunID: rec.RunID,
+		Bridge: &bridge{refs: rec.Catalog, restartSafe: true, replay: answers},
+	})
+	if err != nil {
+		return nil, err
+	}
+	out.Result.Telemetry.Resumes = rec.Waits
+	return out, nil
+}
+
+// snapshotRefused reports a resume that failed because the sandbox would not
+// restore the snapshot (bad signature, other wasm build, truncated).
+func snapshotRefused(res *sandbox.Result) bool {
+	return res.Status == sandbox.StatusFailed && res.Code == contracts.CodeInternalError &&
+		(strings.HasPrefix(res.Error, "code mode snapshot refused") || strings.HasPrefix(res.Error, "restore code mode snapshot"))
 }
 
 func (c *CodeMode) execRef(rec *record) *contracts.Job {
