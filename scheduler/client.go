@@ -1,0 +1,448 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/producer"
+)
+
+// Scheduler is what every engine offers: schedules kept in the NATS KV
+// bucket <prefix>_schedules, and a lifecycle that turns their firings into
+// jobs. Create, Get, List and Delete work before Start (they only touch the
+// bucket); a running engine of any instance picks changes up at once.
+type Scheduler interface {
+	// Create validates s, stores it and returns it as stored (ID, At,
+	// CreatedAt and Anchor filled in). Bad input is a *contracts.Error with
+	// code invalid_input; a taken id is ErrExists.
+	Create(ctx context.Context, s *Schedule) (*Schedule, error)
+	// Get returns one schedule, or ErrNotFound.
+	Get(ctx context.Context, id string) (*Info, error)
+	// List returns every schedule, ordered by id.
+	List(ctx context.Context) ([]*Info, error)
+	// Delete removes a schedule; it never fires after Delete returns. A
+	// missing id is ErrNotFound.
+	Delete(ctx context.Context, id string) error
+
+	// Start runs the engine until Stop.
+	Start(ctx context.Context) error
+	// Stop stops firing, lets in-flight firings finish until ctx ends and
+	// returns. Stop before Start and a second Stop are harmless.
+	Stop(ctx context.Context) error
+	// Stopped is closed when the engine has stopped.
+	Stopped() <-chan struct{}
+}
+
+// Info is a stored schedule with its next and last fire times.
+type Info struct {
+	Schedule *Schedule `json:"schedule"`
+	// Next is the next fire time as computed from the schedule (for the
+	// NATS engine's every schedules the server's own phase may differ by
+	// less than a second).
+	Next time.Time `json:"next,omitzero"`
+	// LastFire is the fire time of the last job enqueued, if any.
+	LastFire time.Time `json:"last_fire,omitzero"`
+}
+
+// ClientConfig configures a Client. The zero value is usable.
+type ClientConfig struct {
+	// Subjects names the streams and buckets; prefix "toolq" by default.
+	Subjects contracts.Subjects
+	// Replicas of the schedules bucket when Client creates it; 1 by default.
+	Replicas int
+	// Timeout bounds calls whose context has no deadline; 10 s by default.
+	Timeout time.Duration
+	// Logger receives structured logs; slog.Default() when nil.
+	Logger *slog.Logger
+}
+
+func (c *ClientConfig) withDefaults() (ClientConfig, error) {
+	var out ClientConfig
+	if c != nil {
+		out = *c
+	}
+	if out.Replicas == 0 {
+		out.Replicas = 1
+	}
+	if out.Replicas < 1 || out.Replicas > 5 {
+		return out, fmt.Errorf("scheduler: replicas %d out of range [1, 5]", out.Replicas)
+	}
+	if out.Timeout == 0 {
+		out.Timeout = 10 * time.Second
+	}
+	if out.Timeout < 0 {
+		return out, errors.New("scheduler: negative timeout")
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	return out, nil
+}
+
+// Client creates, lists and deletes schedules in the KV bucket, and fires
+// them for the engines. It needs no running engine: `toolq schedule add`
+// uses it alone. It is safe for concurrent use.
+type Client struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	cfg  ClientConfig
+	log  *slog.Logger
+	prod *producer.Producer
+	now  func() time.Time
+
+	mu sync.Mutex
+	kv jetstream.KeyValue
+}
+
+// NewClient returns a client on connection nc. It does not touch the server.
+func NewClient(nc *nats.Conn, cfg *ClientConfig) (*Client, error) {
+	if nc == nil {
+		return nil, errors.New("scheduler: nil connection")
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(c.Timeout))
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	prod, err := producer.New(nc, &producer.Config{Subjects: c.Subjects, Timeout: c.Timeout, Logger: c.Logger, Name: "scheduler"})
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	return &Client{nc: nc, js: js, cfg: c, log: c.Logger, prod: prod, now: time.Now}, nil
+}
+
+// Bucket is the name of the schedules bucket.
+func (c *Client) Bucket() string { return c.cfg.Subjects.Bucket("schedules") }
+
+func (c *Client) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.cfg.Timeout)
+}
+
+// bucket returns the schedules bucket, creating it on first use.
+func (c *Client) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.kv != nil {
+		return c.kv, nil
+	}
+	kc := jetstream.KeyValueConfig{
+		Bucket:      c.Bucket(),
+		Description: "toolq schedules: def.<id> is a schedule, fired.<id> its last fire time",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    c.cfg.Replicas,
+	}
+	kv, err := c.js.KeyValue(ctx, kc.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = c.js.CreateKeyValue(ctx, kc)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = c.js.KeyValue(ctx, kc.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: bucket %s: %w", kc.Bucket, err)
+	}
+	c.kv = kv
+	return kv, nil
+}
+
+func defKey(id string) string   { return "def." + id }
+func firedKey(id string) string { return "fired." + id }
+
+// Create validates s, stores it and returns the stored copy.
+func (c *Client) Create(ctx context.Context, s *Schedule) (*Schedule, error) {
+	if s == nil {
+		return nil, invalid("nil schedule")
+	}
+	cp := *s
+	if err := cp.prepare(c.now()); err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(&cp)
+	if err != nil {
+		return nil, invalid("schedule cannot be encoded: %v", err)
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	kv, err := c.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := kv.Create(ctx, defKey(cp.ID), data); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, fmt.Errorf("%w: %s", ErrExists, cp.ID)
+		}
+		return nil, fmt.Errorf("scheduler: create %s: %w", cp.ID, err)
+	}
+	// A leftover fire time of an earlier schedule with this id must not
+	// suppress the new one's firings.
+	_ = kv.Purge(ctx, firedKey(cp.ID))
+	c.log.Info("schedule created", slog.String("id", cp.ID), slog.String("spec", cp.Spec()), slog.String("tool", cp.Job.Tool))
+	return &cp, nil
+}
+
+// Get returns the schedule id.
+func (c *Client) Get(ctx context.Context, id string) (*Info, error) {
+	if err := contracts.ValidateID("schedule id", id); err != nil {
+		return nil, err
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	s, err := c.load(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	last, _, err := c.lastFire(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.info(s, last), nil
+}
+
+func (c *Client) info(s *Schedule, last time.Time) *Info {
+	return &Info{Schedule: s, Next: s.Next(c.now()), LastFire: last}
+}
+
+// List returns every schedule, ordered by id.
+func (c *Client) List(ctx context.Context) ([]*Info, error) {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	kv, err := c.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lister, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: list: %w", err)
+	}
+	var ids []string
+	for k := range lister.Keys() {
+		if id, ok := strings.CutPrefix(k, "def."); ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	out := make([]*Info, 0, len(ids))
+	for _, id := range ids {
+		s, err := c.load(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		last, _, err := c.lastFire(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c.info(s, last))
+	}
+	return out, nil
+}
+
+// Delete removes schedule id; engines stop firing it.
+func (c *Client) Delete(ctx context.Context, id string) error {
+	if err := contracts.ValidateID("schedule id", id); err != nil {
+		return err
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	kv, err := c.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Get(ctx, defKey(id)); err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		return fmt.Errorf("scheduler: delete %s: %w", id, err)
+	}
+	if err := kv.Delete(ctx, defKey(id)); err != nil {
+		return fmt.Errorf("scheduler: delete %s: %w", id, err)
+	}
+	_ = kv.Purge(ctx, firedKey(id))
+	c.log.Info("schedule deleted", slog.String("id", id))
+	return nil
+}
+
+// load reads the definition of id.
+func (c *Client) load(ctx context.Context, id string) (*Schedule, error) {
+	kv, err := c.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, defKey(id))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		return nil, fmt.Errorf("scheduler: load %s: %w", id, err)
+	}
+	return decodeSchedule(e.Value())
+}
+
+func decodeSchedule(data []byte) (*Schedule, error) {
+	var s Schedule
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("scheduler: stored schedule is malformed: %w", err)
+	}
+	if s.Kind() == "" || !contracts.ValidID(s.ID) {
+		return nil, fmt.Errorf("scheduler: stored schedule %q is malformed", s.ID)
+	}
+	return &s, nil
+}
+
+// lastFire returns the last fire time of id and the revision of its key
+// (0 when it has none).
+func (c *Client) lastFire(ctx context.Context, id string) (time.Time, uint64, error) {
+	kv, err := c.bucket(ctx)
+	if err != nil {
+		return time.Time{}, 0, err
+	}
+	e, err := kv.Get(ctx, firedKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return time.Time{}, 0, nil
+	}
+	if err != nil {
+		return time.Time{}, 0, fmt.Errorf("scheduler: last fire of %s: %w", id, err)
+	}
+	sec, err := strconv.ParseInt(string(e.Value()), 10, 64)
+	if err != nil {
+		return time.Time{}, e.Revision(), nil
+	}
+	return time.Unix(sec, 0).UTC(), e.Revision(), nil
+}
+
+// fire enqueues the job of s's firing at t, unless a firing at or after t
+// was already enqueued. The job id (and Nats-Msg-Id) is s.JobID(t), so
+// concurrent firings of the same time by several schedulers enqueue once.
+// A one-shot schedule is deleted once its job is enqueued.
+func (c *Client) fire(ctx context.Context, s *Schedule, t time.Time) (bool, error) {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	t = t.Truncate(time.Second)
+	last, _, err := c.lastFire(ctx, s.ID)
+	if err != nil {
+		return false, err
+	}
+	if !last.IsZero() && !t.After(last) {
+		return false, nil
+	}
+	job := s.Job.build(s.ID, t)
+	if err := c.prod.SubmitJob(ctx, job, ""); err != nil {
+		return false, err
+	}
+	if err := c.markFired(ctx, s.ID, t); err != nil {
+		return true, err
+	}
+	if s.Kind() == KindAt {
+		kv, err := c.bucket(ctx)
+		if err != nil {
+			return true, err
+		}
+		if err := kv.Delete(ctx, defKey(s.ID)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return true, fmt.Errorf("scheduler: delete fired %s: %w", s.ID, err)
+		}
+		_ = kv.Purge(ctx, firedKey(s.ID))
+	}
+	c.log.Debug("schedule fired", slog.String("id", s.ID), slog.String("job", job.ID))
+	return true, nil
+}
+
+// markFired raises the last fire time of id to t (optimistic concurrency:
+// two schedulers firing at once never lower it).
+func (c *Client) markFired(ctx context.Context, id string, t time.Time) error {
+	kv, err := c.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	val := []byte(strconv.FormatInt(t.Unix(), 10))
+	for range 5 {
+		last, rev, err := c.lastFire(ctx, id)
+		if err != nil {
+			return err
+		}
+		if !last.IsZero() && !t.After(last) {
+			return nil
+		}
+		if rev == 0 {
+			_, err = kv.Create(ctx, firedKey(id), val)
+		} else {
+			_, err = kv.Update(ctx, firedKey(id), val, rev)
+		}
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSeq(err) {
+			return fmt.Errorf("scheduler: mark %s fired: %w", id, err)
+		}
+	}
+	return nil
+}
+
+func isWrongSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// watch calls put for every stored schedule and every later change, and
+// del for every deletion, until ctx ends. ready is closed once the stored
+// schedules have been passed to put.
+func (c *Client) watch(ctx context.Context, ready chan<- struct{}, put func(*Schedule), del func(id string)) error {
+	kv, err := c.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	w, err := kv.Watch(ctx, "def.*")
+	if err != nil {
+		return fmt.Errorf("scheduler: watch: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	readyDone := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil
+			}
+			if e == nil {
+				if !readyDone {
+					close(ready)
+					readyDone = true
+				}
+				continue
+			}
+			id := strings.TrimPrefix(e.Key(), "def.")
+			if e.Operation() != jetstream.KeyValuePut {
+				del(id)
+				continue
+			}
+			s, err := decodeSchedule(e.Value())
+			if err != nil {
+				c.log.Warn("skipping malformed schedule", slog.String("key", e.Key()), slog.Any("err", err))
+				continue
+			}
+			put(s)
+		}
+	}
+}
