@@ -300,16 +300,20 @@ func damageSnapshot(t *testing.T, b *bundle, session, runID string) {
 	ctx := testutil.Context(t, 10*time.Second)
 	kv, err := js.KeyValue(ctx, "toolq_runs")
 	require.NoError(t, err)
-	e, err := kv.Get(ctx, session+"."+runID)
-	require.NoError(t, err)
-	var rec map[string]any
-	require.NoError(t, json.Unmarshal(e.Value(), &rec))
-	require.NotEmpty(t, rec["snapshot"], "the snapshot is inline")
-	rec["snapshot"] = []byte("TQSNAP-not-a-real-snapshot")
-	data, err := json.Marshal(rec)
-	require.NoError(t, err)
-	_, err = kv.Update(ctx, session+"."+runID, data, e.Revision())
-	require.NoError(t, err)
+	// The run's own writes (nested results coming back) may race with
+	// ours: retry on a revision conflict.
+	require.Eventually(t, func() bool {
+		e, err := kv.Get(ctx, session+"."+runID)
+		require.NoError(t, err)
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal(e.Value(), &rec))
+		require.NotEmpty(t, rec["snapshot"], "the snapshot is inline")
+		rec["snapshot"] = []byte("TQSNAP-not-a-real-snapshot")
+		data, err := json.Marshal(rec)
+		require.NoError(t, err)
+		_, err = kv.Update(ctx, session+"."+runID, data, e.Revision())
+		return err == nil
+	}, 5*time.Second, 10*time.Millisecond)
 }
 
 func TestRestartSafeRunRebuiltByReplay(t *testing.T) {
