@@ -28,6 +28,14 @@
 // job whose worker died during its last attempt is found through JetStream's
 // MAX_DELIVERIES advisory and handled the same way.
 //
+// # Parked and denied jobs
+//
+// Park(status, n) ends a job's step with a parked event (waiting,
+// approval_pending) and acknowledges it; whatever continues the job later
+// writes its next events with Emit. Deny(reason) ends a job with a denied
+// terminal event (error code denied), never retried: a policy refusal is an
+// answer, not a failure.
+//
 // # Cancellation and shutdown
 //
 // A cancelled job id is recorded in the toolq_cancels bucket (and announced

@@ -56,3 +56,16 @@ type ParkError struct {
 func Park(status contracts.Status, n int) error { return &ParkError{Status: status, N: max(n, 1)} }
 
 func (e *ParkError) Error() string { return "parked: " + string(e.Status) }
+
+// DeniedError ends a job with a denied terminal event instead of failed: a
+// policy refused what the job asked for. A refusal is an answer, not a
+// failure: it is never retried, and the handler's result (when it is valid
+// JSON) goes with the event, next to an error with code denied and Reason.
+type DeniedError struct {
+	Reason string
+}
+
+// Deny returns the error that ends the job as denied for reason.
+func Deny(reason string) error { return &DeniedError{Reason: reason} }
+
+func (e *DeniedError) Error() string { return "denied: " + e.Reason }

@@ -575,6 +575,15 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		w.park(log, msg, job, attempt, lastSeq, park, result)
 		return
 	}
+	var denied *DeniedError
+	if errors.As(herr, &denied) {
+		if !json.Valid(result) {
+			result = nil
+		}
+		log.Info("job denied", slog.String("reason", denied.Reason))
+		w.finish(log, msg, job, attempt, lastSeq, contracts.StatusDenied, result, contracts.Errorf(contracts.CodeDenied, "%s", denied.Reason))
+		return
+	}
 	if herr == nil {
 		if len(result) == 0 {
 			result = json.RawMessage("null")
