@@ -374,3 +374,39 @@ func TestRestartSafeRefusesSideEffects(t *testing.T) {
 	defer ran.Unlock()
 	require.Equal(t, 0, calls)
 }
+
+func TestLeaseOfDeadWorkerIsTakenOver(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, "B", &codemode.Config{LeaseTTL: 600 * time.Millisecond}, nil)
+	job := b.exec(t, `return (await tools.callValue("toolq:core:noop", {n: 5})).n;`, nil, nil)
+	require.Equal(t, contracts.StatusWaiting, b.await(t, job, true).Data.Status)
+	// A worker "A" took the resume lease and died: the record says
+	// resuming, held by A for a little longer.
+	js := testutil.JetStream(t, b.srv.Connect(t))
+	ctx := testutil.Context(t, 10*time.Second)
+	kv, err := js.KeyValue(ctx, "toolq_runs")
+	require.NoError(t, err)
+	key := job.Session + "." + job.ID
+	require.Eventually(t, func() bool {
+		e, err := kv.Get(ctx, key)
+		require.NoError(t, err)
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal(e.Value(), &rec))
+		if rec["results"] == nil {
+			return false // the nested result is not back yet
+		}
+		rec["status"] = "resuming"
+		rec["lease"] = map[string]any{"owner": "A", "until": time.Now().Add(time.Second)}
+		data, _ := json.Marshal(rec)
+		_, err = kv.Update(ctx, key, data, e.Revision())
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	start := time.Now()
+	ev := b.wait(t, job.Session, job.ID)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, string(ev.Data.Result))
+	require.JSONEq(t, `5`, string(result(t, ev.Data.Result).Value))
+	require.GreaterOrEqual(t, time.Since(start), 500*time.Millisecond, "B waited for A's lease to run out")
+	final := b.await(t, job, false)
+	require.Contains(t, final.Source, "/B")
+}

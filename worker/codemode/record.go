@@ -119,9 +119,15 @@ func (r *record) hasResult(callID string) bool {
 	return false
 }
 
-// resumable: every pending call has its result (or the run only yielded).
-func (r *record) resumable() bool {
-	if r.Status != runWaiting {
+// idle: waiting, or left resuming by a worker whose lease ran out.
+func (r *record) idle(now time.Time) bool {
+	return r.Status == runWaiting || (r.Status == runResuming && (r.Lease == nil || !now.Before(r.Lease.Until)))
+}
+
+// resumable: idle, and every pending call has its result (or the run only
+// yielded).
+func (r *record) resumable(now time.Time) bool {
+	if !r.idle(now) {
 		return false
 	}
 	for _, p := range r.Pending {

@@ -38,7 +38,7 @@ func (c *CodeMode) handleResult(ctx context.Context, job *contracts.Job) (json.R
 		}
 		p := rec.pending(tr.CallID)
 		if p == nil {
-			if rec.Status == runResuming {
+			if !rec.idle(time.Now()) {
 				// The call may belong to the slice being recorded right now.
 				return nil, worker.RetryAfter(250*time.Millisecond, errors.New("run is resuming"))
 			}
@@ -58,7 +58,7 @@ func (c *CodeMode) handleResult(ctx context.Context, job *contracts.Job) (json.R
 		if err != nil {
 			return nil, err
 		}
-		if rec.AutoResume && rec.resumable() {
+		if rec.AutoResume && rec.resumable(time.Now()) {
 			_, err := c.resume(ctx, rec, rev, "")
 			if err != nil && !errors.Is(err, errStale) && !errors.Is(err, errBusy) {
 				return nil, err

@@ -55,7 +55,7 @@ func (c *CodeMode) handleWait(ctx context.Context, job *contracts.Job) (json.Raw
 			}
 			continue
 		}
-		if rec.resumable() && !rec.Lease.heldBy(c.w.Name(), now) {
+		if rec.resumable(time.Now()) && !rec.Lease.heldBy(c.w.Name(), now) {
 			res, err := c.resume(ctx, rec, rev, job.ID)
 			switch {
 			case errors.Is(err, errStale), errors.Is(err, errBusy):
