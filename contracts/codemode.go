@@ -1,6 +1,8 @@
 package contracts
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"strings"
 	"time"
@@ -124,6 +126,17 @@ func (r *ToolResult) Validate() error {
 		return Errorf(CodeInvalidInput, "tool result is not valid JSON")
 	}
 	return nil
+}
+
+// NestedJobID is the deterministic id of the job of call callID of run
+// runID, so a repeated submit of the call enqueues it once.
+func NestedJobID(runID, callID string) string {
+	id := runID + "-" + callID
+	if len(id) <= MaxIDLength {
+		return id
+	}
+	sum := sha256.Sum256([]byte(runID))
+	return hex.EncodeToString(sum[:16]) + "-" + callID
 }
 
 // ToolResultJobID is the id of the code_mode.result job that reports the

@@ -2,8 +2,6 @@ package codemode
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -214,16 +212,7 @@ func invalid(msg string) error {
 	return worker.Permanent(contracts.Errorf(contracts.CodeInvalidInput, "%s", msg))
 }
 
-// nestedJobID is the deterministic id of the job of one nested call, so a
-// repeated submit enqueues it once.
-func nestedJobID(runID, callID string) string {
-	id := runID + "-" + callID
-	if len(id) <= contracts.MaxIDLength {
-		return id
-	}
-	sum := sha256.Sum256([]byte(runID))
-	return hex.EncodeToString(sum[:16]) + "-" + callID
-}
+func nestedJobID(runID, callID string) string { return contracts.NestedJobID(runID, callID) }
 
 // failedResult turns a failed CodeModeResult into the job's error.
 func failedResult(res *sandbox.Result) error {

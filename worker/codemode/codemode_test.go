@@ -410,3 +410,91 @@ func TestLeaseOfDeadWorkerIsTakenOver(t *testing.T) {
 	final := b.await(t, job, false)
 	require.Contains(t, final.Source, "/B")
 }
+
+func TestClientToolAnsweredByRequester(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, "A", nil, nil)
+	ctx := testutil.Context(t, 10*time.Second)
+	require.NoError(t, b.prod.RegisterClientTool(ctx, contracts.CatalogTool{
+		ID: "client:app:select_file", Name: "select_file", Description: "Ask the user to pick a file.",
+	}))
+	job := b.exec(t, `
+		const seen = ALL_TOOLS.some(t => t.id === "client:app:select_file" && t.source === "client");
+		const f = await tools.callValue("client:app:select_file", {prompt: "pick"});
+		return {seen, f};`, map[string]any{"autoResume": true}, nil)
+	ev := b.await(t, job, true)
+	require.Equal(t, contracts.StatusWaiting, ev.Data.Status)
+	var w struct {
+		PendingToolCalls []struct {
+			CallID, ToolID, Source string
+			Input                  json.RawMessage
+		} `json:"pendingToolCalls"`
+	}
+	require.NoError(t, json.Unmarshal(ev.Data.Result, &w))
+	require.Len(t, w.PendingToolCalls, 1)
+	p := w.PendingToolCalls[0]
+	require.Equal(t, "client:app:select_file", p.ToolID)
+	require.Equal(t, "client", p.Source)
+	require.JSONEq(t, `{"prompt":"pick"}`, string(p.Input))
+
+	// A result for a call of another session's run is not taken.
+	require.NoError(t, b.prod.SubmitToolResult(ctx, "intruder", job.ID, p.CallID, json.RawMessage(`"evil.txt"`), nil))
+	require.NoError(t, b.prod.SubmitToolResult(ctx, job.Session, job.ID, p.CallID, json.RawMessage(`"notes.txt"`), nil))
+	final := b.await(t, job, false)
+	require.Equal(t, contracts.StatusCompleted, final.Data.Status, string(final.Data.Result))
+	require.JSONEq(t, `{"seen":true,"f":"notes.txt"}`, string(result(t, final.Data.Result).Value))
+	require.ErrorIs(t, b.prod.SubmitToolResult(ctx, job.Session, "bad id", p.CallID, nil, nil), contracts.ErrInvalidInput)
+}
+
+func TestOutputSchemaEnforcedAndTraceCarried(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	traces := make(chan string, 4)
+	b.startWorker(t, "A", nil, func(w *worker.Worker) {
+		require.NoError(t, w.Register("shipments", worker.HandlerFunc(func(ctx context.Context, j *contracts.Job) (json.RawMessage, error) {
+			traces <- worker.TraceParent(ctx)
+			var in struct{ Bad bool }
+			_ = json.Unmarshal(j.Input, &in)
+			if in.Bad {
+				return json.RawMessage(`[{"id":"s1","paid":"yes"}]`), nil
+			}
+			return json.RawMessage(`[{"id":"s1","paid":false,"tons":12}]`), nil
+		}), &worker.ToolConfig{Catalog: &contracts.CatalogTool{
+			Description:  "List shipments.",
+			OutputSchema: json.RawMessage(`{"type":"array","items":{"type":"object","properties":{"id":{"type":"string"},"paid":{"type":"boolean"},"tons":{"type":"number"}},"required":["id","paid","tons"],"additionalProperties":false}}`),
+		}}))
+	})
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	job := b.exec(t, `
+		const good = await tools.callValue("toolq:core:shipments", {});
+		let bad = "";
+		try { await tools.callValue("toolq:core:shipments", {bad: true}); } catch (e) { bad = e.message; }
+		return {good: good.filter(s => !s.paid && s.tons > 10).length, bad};`,
+		map[string]any{"autoResume": true}, &producer.SubmitOpts{TraceParent: tp})
+	final := b.await(t, job, false)
+	require.Equal(t, contracts.StatusCompleted, final.Data.Status, string(final.Data.Result))
+	var v struct {
+		Good int    `json:"good"`
+		Bad  string `json:"bad"`
+	}
+	require.NoError(t, json.Unmarshal(result(t, final.Data.Result).Value, &v))
+	require.Equal(t, 1, v.Good)
+	require.Contains(t, v.Bad, "does not match its declared output schema")
+	require.Equal(t, tp, <-traces)
+	require.Equal(t, tp, <-traces)
+
+	// Nested calls are visible under their parent run in the session's events.
+	var nested []*contracts.Event
+	require.NoError(t, b.prod.ReadEvents(testutil.Context(t, 10*time.Second), job.Session, nil, func(ev *contracts.Event) error {
+		if ev.Data.Parent != nil && ev.Data.Status.Terminal() {
+			nested = append(nested, ev)
+		}
+		return nil
+	}))
+	require.Len(t, nested, 2)
+	for _, ev := range nested {
+		require.Equal(t, job.ID, ev.Data.Parent.RunID)
+		require.Equal(t, "shipments", ev.Data.Tool)
+	}
+}
