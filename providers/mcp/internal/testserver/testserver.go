@@ -1,0 +1,77 @@
+// Package testserver is a small MCP server for tests: the same tools over
+// streamable HTTP (in the test process) and stdio (a built program).
+package testserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// EchoIn is the input of echo.
+type EchoIn struct {
+	Text  string `json:"text" jsonschema:"the text to echo"`
+	Times int    `json:"times,omitempty" jsonschema:"how many times (1 when absent)"`
+}
+
+// AddIn is the input of add.
+type AddIn struct {
+	A float64 `json:"a"`
+	B float64 `json:"b"`
+}
+
+// AddOut is the output of add (its output schema).
+type AddOut struct {
+	Sum float64 `json:"sum"`
+}
+
+// New returns a server named name with the test tools:
+//   - echo {text, times?} → text content (no output schema)
+//   - add {a, b} → structuredContent {sum} (output schema)
+//   - fail {reason} → a tool error (isError)
+//   - pid {} → the server's process id as text
+//   - broken {} → a JSON-RPC error (not a tool error)
+//   - "weird.name/v2" {} → text "weird"
+//   - outside {} → an input schema that refers to a file (refused by
+//     clients that do not fetch what servers point at)
+func New(name string) *sdk.Server {
+	s := sdk.NewServer(&sdk.Implementation{Name: name, Version: "1"}, nil)
+	sdk.AddTool(s, &sdk.Tool{Name: "echo", Description: "Echo text back.\nRepeats it `times` times."},
+		func(_ context.Context, _ *sdk.CallToolRequest, in EchoIn) (*sdk.CallToolResult, any, error) {
+			n := max(in.Times, 1)
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: strings.Repeat(in.Text, n)}}}, nil, nil
+		})
+	sdk.AddTool(s, &sdk.Tool{Name: "add", Title: "Add numbers", Description: "Add two numbers."},
+		func(_ context.Context, _ *sdk.CallToolRequest, in AddIn) (*sdk.CallToolResult, AddOut, error) {
+			return nil, AddOut{Sum: in.A + in.B}, nil
+		})
+	sdk.AddTool(s, &sdk.Tool{Name: "fail", Description: "Always fails."},
+		func(_ context.Context, _ *sdk.CallToolRequest, in struct {
+			Reason string `json:"reason"`
+		},
+		) (*sdk.CallToolResult, any, error) {
+			return nil, nil, errors.New("boom: " + in.Reason)
+		})
+	sdk.AddTool(s, &sdk.Tool{Name: "pid", Description: "The server's process id."},
+		func(context.Context, *sdk.CallToolRequest, struct{}) (*sdk.CallToolResult, any, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: strconv.Itoa(os.Getpid())}}}, nil, nil
+		})
+	s.AddTool(&sdk.Tool{Name: "broken", Description: "Answers with a protocol error.", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return nil, errors.New("broken on purpose")
+		})
+	s.AddTool(&sdk.Tool{Name: "weird.name/v2", Description: "A name that is not an id token.", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "weird"}}}, nil
+		})
+	s.AddTool(&sdk.Tool{Name: "outside", Description: "Its schema points at a file.", InputSchema: json.RawMessage(`{"type":"object","properties":{"x":{"$ref":"file:///etc/hostname"}}}`)},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "outside"}}}, nil
+		})
+	return s
+}
