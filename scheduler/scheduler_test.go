@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"io"
 	"log/slog"
 	"testing"
@@ -22,6 +23,15 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The suite's tests wait on the wall clock (fire times), not the CPU:
+	// run them all at once rather than GOMAXPROCS at a time, unless
+	// -test.parallel was given.
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		_ = flag.Set("test.parallel", "32")
+	}
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
 		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).syncBlocks"),

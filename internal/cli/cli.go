@@ -90,6 +90,7 @@ Submit a job and wait for its result:    toolq submit --tool noop --input '{"hi"
 		newEventsCmd(g),
 		newCancelCmd(g),
 		newBenchCmd(g),
+		newSchedulerCmd(g), newScheduleCmd(g),
 		newExecCmd(g),
 		newWaitCmd(g),
 		newRunsCmd(g),
