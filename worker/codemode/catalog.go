@@ -126,14 +126,34 @@ func toSandbox(t contracts.CatalogTool) sandbox.Tool {
 	if len(params) == 0 {
 		params = json.RawMessage(`{}`)
 	}
+	output := typeHint(t.OutputSchema)
+	if t.Source == contracts.SourceMCP {
+		output = mcpOutputHint(t.OutputSchema)
+	}
 	return sandbox.Tool{
 		CatalogEntry: sandbox.CatalogEntry{
 			ID: t.ID, Name: t.Name, Label: t.Label, Description: t.Description,
-			Source: src, SourceName: owner, Input: typeHint(t.InputSchema), Output: typeHint(t.OutputSchema),
+			Source: src, SourceName: owner, Input: typeHint(t.InputSchema), Output: output,
 		},
 		Parameters:   params,
 		OutputSchema: t.OutputSchema,
 	}
+}
+
+// mcpOutputHint is what an MCP namespace call returns: the output schema of
+// an MCP entry describes the whole McpToolResult, so the hint is
+// McpToolResult with the type of its structuredContent ("" — plain
+// McpToolResult — when the tool declares none).
+func mcpOutputHint(schema json.RawMessage) string {
+	var s struct {
+		Properties struct {
+			StructuredContent map[string]any `json:"structuredContent"`
+		} `json:"properties"`
+	}
+	if len(schema) == 0 || json.Unmarshal(schema, &s) != nil || s.Properties.StructuredContent == nil {
+		return ""
+	}
+	return "McpToolResult & { structuredContent?: " + hint(s.Properties.StructuredContent, 1) + " }"
 }
 
 // typeHint renders a JSON Schema as a compact TypeScript-like hint, such as
