@@ -20,6 +20,7 @@ import (
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/embedded"
 	"github.com/toolq/toolq/producer"
+	"github.com/toolq/toolq/providers/mcp"
 	"github.com/toolq/toolq/sandbox"
 	"github.com/toolq/toolq/worker"
 	"github.com/toolq/toolq/worker/codemode"
@@ -32,6 +33,7 @@ type workerFlags struct {
 	stopTimeout     time.Duration
 	snapshotKeyFile string
 	noCodeMode      bool
+	mcpConfig       string
 }
 
 func (f *workerFlags) register(cmd *cobra.Command) {
@@ -41,6 +43,7 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.stopTimeout, "stop-timeout", 30*time.Second, "how long a stop lets running jobs finish")
 	cmd.Flags().StringVar(&f.snapshotKeyFile, "snapshot-key-file", "", "key that signs code-mode snapshots, shared by every worker (or env TOOLQ_SNAPSHOT_KEY, hex)")
 	cmd.Flags().BoolVar(&f.noCodeMode, "no-code-mode", false, "do not run code-mode jobs on this worker")
+	addMCPFlag(cmd, &f.mcpConfig)
 }
 
 // node is a worker with every tool this binary has, code mode included.
@@ -48,6 +51,7 @@ type node struct {
 	w      *worker.Worker
 	cm     *codemode.CodeMode
 	engine *sandbox.Engine
+	mcp    *mcp.Servers
 }
 
 // newWorker builds a worker with every tool this binary has.
@@ -71,6 +75,9 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 		return nil, err
 	}
 	n := &node{w: w}
+	if n.mcp, err = registerMCP(ctx, g, w, f.mcpConfig); err != nil {
+		return nil, err
+	}
 	if f.noCodeMode {
 		return n, nil
 	}
@@ -106,6 +113,7 @@ func (n *node) start(ctx context.Context) error {
 
 func (n *node) stop(ctx context.Context) error {
 	err := n.w.Stop(ctx)
+	err = errors.Join(err, n.mcp.Close())
 	if n.cm != nil {
 		err = errors.Join(err, n.cm.Stop(ctx))
 	}
