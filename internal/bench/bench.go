@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolq/toolq/contracts"
@@ -61,6 +62,8 @@ func (f Figure) String() string {
 
 func trim(v float64) string {
 	switch {
+	case v == 0:
+		return "0"
 	case v >= 100:
 		return fmt.Sprintf("%.0f", v)
 	case v >= 10:
@@ -131,6 +134,18 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 		return nil, err
 	}
 	figs = append(figs, tf...)
+	// Health of the run: jobs JetStream had to redeliver and connections the
+	// server had to drop messages to; both should be 0.
+	if vz, err := srv.Varz(nil); err == nil {
+		figs = append(figs, Figure{"slow_consumers", float64(vz.SlowConsumers), "count"})
+	}
+	if js, err := jetstream.New(pnc); err == nil {
+		if c, err := js.Consumer(ctx, "TOOLQ_JOBS", "worker_noop"); err == nil {
+			if ci, err := c.Info(ctx); err == nil {
+				figs = append(figs, Figure{"redelivered", float64(ci.NumRedelivered), "jobs"})
+			}
+		}
+	}
 	if cfg.LatencyJobs > 0 {
 		lat, err := latency(ctx, p, payload, cfg.LatencyJobs, cfg.LatencyInterval)
 		if err != nil {
