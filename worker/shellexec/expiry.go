@@ -1,0 +1,147 @@
+package shellexec
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/contracts"
+)
+
+// startExpiry follows the approvals bucket for the markers JetStream writes
+// when an undecided approval outlives its TTL: the exec job is denied with
+// reason timeout. One durable consumer is shared by every worker. A decided
+// record is rewritten with a new TTL, so only an undecided one expires
+// while its job is still approval_pending.
+func (s *ShellExec) startExpiry(ctx context.Context) error {
+	stream := "KV_" + s.cfg.Subjects.Bucket("approvals")
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable:       "shellexec_expiry",
+		Description:   "exec approval expiry",
+		FilterSubject: s.store.subj + ">",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverNewPolicy,
+		AckWait:       30 * time.Second,
+		MaxDeliver:    10,
+	})
+	if err != nil {
+		return fmt.Errorf("shellexec: expiry consumer: %w", err)
+	}
+	lctx := s.lctx
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if m.Headers().Get(jetstream.MarkerReasonHeader) == "MaxAge" {
+			id := strings.TrimPrefix(m.Subject(), s.store.subj)
+			if contracts.ValidID(id) {
+				if err := s.expire(lctx, id); err != nil {
+					s.log.Warn("approval expiry not applied; retrying", slog.String("approval", id), slog.Any("err", err))
+					_ = m.NakWithDelay(time.Second)
+					return
+				}
+			}
+		}
+		_ = m.Ack()
+	})
+	if err != nil {
+		return fmt.Errorf("shellexec: expiry consumer: %w", err)
+	}
+	s.loops.Add(1)
+	go func() {
+		defer s.loops.Done()
+		<-lctx.Done()
+		cc.Stop()
+	}()
+	return nil
+}
+
+// expire denies the exec job of an expired approval with reason timeout,
+// unless the job moved on (decided, cancelled).
+func (s *ShellExec) expire(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, emitTimeout)
+	defer cancel()
+	// The approval id is the job id; the session is found from the job's
+	// events.
+	ev, err := s.lastEvent(ctx, s.cfg.Subjects.Event("*", id))
+	if err != nil {
+		return err
+	}
+	if ev == nil || ev.Data.Status != contracts.StatusApprovalPending {
+		return nil
+	}
+	var pending PendingResult
+	_ = json.Unmarshal(ev.Data.Result, &pending)
+	ref := &contracts.Job{ID: ev.Data.JobID, Session: ev.Data.Session, Tool: ev.Data.Tool, Meta: ev.Data.Meta}
+	err = s.emit(ctx, ref, contracts.StatusDenied, 1,
+		DeniedResult{Reason: ReasonTimeout, Command: pending.Command, Misses: pending.Misses, ApprovalID: id},
+		contracts.Errorf(contracts.CodeDenied, "%s: nobody decided within %s", ReasonTimeout, s.cfg.ApprovalTTL))
+	if err != nil && !isEnded(err) {
+		return err
+	}
+	s.log.Info("approval expired: exec denied", slog.String("approval", id), slog.String("job", ref.ID))
+	return nil
+}
+
+// startCancelWatch follows the cancels bucket: a cancelled job's approved
+// command or background session is killed, and its pending approval is
+// marked cancelled so no later decision runs it.
+func (s *ShellExec) startCancelWatch() error {
+	lctx := s.lctx
+	w, err := s.cancels.WatchAll(lctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("shellexec: watch cancels: %w", err)
+	}
+	s.loops.Add(1)
+	go func() {
+		defer s.loops.Done()
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case <-lctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil {
+					continue
+				}
+				jobID, session := e.Key(), string(e.Value())
+				s.mu.Lock()
+				stop := s.running[jobID]
+				s.mu.Unlock()
+				if stop != nil {
+					stop(errJobCancelled)
+				}
+				if contracts.ValidID(jobID) && contracts.ValidID(session) {
+					s.cancelApproval(lctx, session, jobID)
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// cancelApproval marks the pending approval of a cancelled exec job.
+func (s *ShellExec) cancelApproval(ctx context.Context, session, jobID string) {
+	ctx, cancel := context.WithTimeout(ctx, emitTimeout)
+	defer cancel()
+	for range 5 {
+		rec, rev, err := s.store.load(ctx, ApprovalID(jobID))
+		if err != nil || rec.Status != StatusPending || rec.Approval.Session != session || rec.Approval.JobID != jobID {
+			return
+		}
+		rec.Status, rec.DecidedAt = StatusCancelled, time.Now().UTC()
+		_, err = s.store.save(ctx, rec, rev, s.cfg.DecidedTTL)
+		if !errors.Is(err, errStale) {
+			if err == nil {
+				s.log.Info("pending approval cancelled with its job", slog.String("approval", rec.Approval.ID))
+			}
+			return
+		}
+	}
+}
