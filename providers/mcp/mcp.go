@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -257,15 +258,13 @@ func (s *server) newTool(t *sdk.Tool) (Tool, error) {
 		entry.Description = "MCP tool " + token + " of server " + s.name + "."
 	}
 	if t.OutputSchema != nil {
-		out, err := schemaJSON(t.OutputSchema)
-		if err != nil {
-			return Tool{}, fmt.Errorf("output %w", err)
+		// An output schema only adds checks: one that cannot be used is
+		// dropped, the tool stays.
+		if out, err := outputSchema(t.OutputSchema); err != nil {
+			s.log.Warn("mcp tool output schema left out", slog.String("tool", token), slog.Any("err", err))
+		} else {
+			entry.OutputSchema = out
 		}
-		wrapped := resultSchema(out)
-		if _, err := compile(wrapped); err != nil {
-			return Tool{}, fmt.Errorf("output schema: %w", err)
-		}
-		entry.OutputSchema = wrapped
 	}
 	return Tool{
 		Name:     entry.Tool,
@@ -274,6 +273,23 @@ func (s *server) newTool(t *sdk.Tool) (Tool, error) {
 		remote:   t.Name,
 		inSchema: inSchema,
 	}, nil
+}
+
+// outputSchema checks a tool's output schema and wraps it in the
+// McpToolResult's.
+func outputSchema(v any) (json.RawMessage, error) {
+	out, err := schemaJSON(v)
+	if err != nil {
+		return nil, err
+	}
+	wrapped, err := resultSchema(out)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := compile(wrapped); err != nil {
+		return nil, err
+	}
+	return wrapped, nil
 }
 
 // httpTransport dials with bounded timeouts; requests themselves are bounded

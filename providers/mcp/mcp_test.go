@@ -1,6 +1,7 @@
 package mcp_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolq/toolq/contracts"
@@ -69,6 +71,27 @@ func call(t *testing.T, tool mcp.Tool, input string) (map[string]any, error) {
 	var out map[string]any
 	require.NoError(t, json.Unmarshal(res, &out), string(res))
 	return out, nil
+}
+
+// requireMatches checks a result of tool against its catalog output schema
+// the way a code-mode worker does.
+func requireMatches(t *testing.T, tool mcp.Tool, input string) {
+	t.Helper()
+	res, err := tool.Handle(ctxFor(t), &contracts.Job{ID: "j1", Tool: tool.Name, Session: "s", Input: json.RawMessage(input)})
+	require.NoError(t, err)
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(tool.Catalog.OutputSchema))
+	require.NoError(t, err)
+	c := jsonschema.NewCompiler()
+	require.NoError(t, c.AddResource("output.json", doc))
+	sch, err := c.Compile("output.json")
+	require.NoError(t, err)
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(res))
+	require.NoError(t, err)
+	require.NoError(t, sch.Validate(inst), string(res))
+	// And a result that does not match is caught.
+	bad, err := jsonschema.UnmarshalJSON(strings.NewReader(`{"content":[],"structuredContent":{"sum":"x","size":-1}}`))
+	require.NoError(t, err)
+	require.Error(t, sch.Validate(bad))
 }
 
 func codeOf(t *testing.T, err error) *contracts.Error {
@@ -172,6 +195,14 @@ func TestCall(t *testing.T) {
 		require.Equal(t, true, res["isError"])
 		require.Contains(t, res["content"].([]any)[0].(map[string]any)["text"], "boom: why")
 
+		// Results match the declared output schema (definitions included).
+		res, err = call(t, tools[p+"measure"], `{}`)
+		require.NoError(t, err)
+		require.Equal(t, map[string]any{"size": 3.0}, res["structuredContent"])
+		requireMatches(t, tools[p+"add"], `{"a":1,"b":2}`)
+		requireMatches(t, tools[p+"measure"], `{}`)
+		require.Empty(t, tools[p+"leaky"].Catalog.OutputSchema, "an output schema pointing outside is dropped, the tool stays")
+
 		// An empty input is an empty object.
 		res, err = call(t, tools[p+"pid"], ``)
 		require.NoError(t, err)
@@ -257,10 +288,26 @@ func TestStdioServerGone(t *testing.T) {
 func TestCallDeadline(t *testing.T) {
 	t.Parallel()
 	s := open(t, &mcp.Config{Servers: map[string]mcp.ServerConfig{"local": {Command: stdioServer}}})
+	tools := byName(t, s)
+	pid, err := call(t, tools["mcp.local.pid"], `{}`)
+	require.NoError(t, err)
+
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := byName(t, s)["mcp.local.echo"].Handle(ctx, &contracts.Job{ID: "j", Tool: "mcp.local.echo", Session: "s", Input: json.RawMessage(`{"text":"x"}`)})
+	_, err = tools["mcp.local.echo"].Handle(ctx, &contracts.Job{ID: "j", Tool: "mcp.local.echo", Session: "s", Input: json.RawMessage(`{"text":"x"}`)})
 	require.Equal(t, contracts.CodeCancelled, codeOf(t, err).Code)
+
+	// A call that outlives its job's deadline times out (retryable) and
+	// leaves the session to the other calls.
+	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = tools["mcp.local.block"].Handle(ctx, &contracts.Job{ID: "j", Tool: "mcp.local.block", Session: "s", Input: json.RawMessage(`{}`)})
+	ce := codeOf(t, err)
+	require.Equal(t, contracts.CodeTimeout, ce.Code)
+	require.True(t, ce.Retryable)
+	again, err := call(t, tools["mcp.local.pid"], `{}`)
+	require.NoError(t, err)
+	require.Equal(t, pid, again, "the same server process")
 }
 
 // TestStdioEnvironment is not parallel: it sets a variable of this process.

@@ -126,18 +126,31 @@ func compile(schema json.RawMessage) (*jsonschema.Schema, error) {
 	c := jsonschema.NewCompiler()
 	c.UseLoader(jsonschema.SchemeURLLoader{})
 	c.DefaultDraft(jsonschema.Draft2020)
-	if err := c.AddResource("urn:toolq:mcp:schema", doc); err != nil {
+	if err := c.AddResource("https://toolq.invalid/mcp/schema.json", doc); err != nil {
 		return nil, err
 	}
-	return c.Compile("urn:toolq:mcp:schema")
+	return c.Compile("https://toolq.invalid/mcp/schema.json")
 }
 
 // resultSchema is the output schema of an MCP tool on the bus: the
 // McpToolResult {content, structuredContent, isError} that Handle returns,
-// with the tool's own output schema as structuredContent.
-func resultSchema(output json.RawMessage) json.RawMessage {
+// with the tool's own output schema as structuredContent. That schema gets
+// an $id of its own (when it has none), so that its "#/…" references still
+// point into it once it is embedded.
+func resultSchema(output json.RawMessage) (json.RawMessage, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(output, &obj); err != nil {
+		return nil, err
+	}
+	if _, ok := obj["$id"]; !ok {
+		obj["$id"] = json.RawMessage(`"https://toolq.invalid/mcp/structured.json"`)
+	}
+	embedded, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
 	return json.RawMessage(`{"type":"object","properties":{` +
 		`"content":{"type":"array","items":{"type":"object"}},` +
-		`"structuredContent":` + string(output) + `,` +
-		`"isError":{"type":"boolean"}},"required":["content"]}`)
+		`"structuredContent":` + string(embedded) + `,` +
+		`"isError":{"type":"boolean"}},"required":["content"]}`), nil
 }

@@ -66,7 +66,9 @@ func (t Tool) Handle(ctx context.Context, job *contracts.Job) (json.RawMessage, 
 	res, err := sess.cs.CallTool(ctx, &sdk.CallToolParams{Name: t.remote, Arguments: args})
 	if err != nil {
 		cerr := t.fail(ctx, err, "call")
-		if cerr.Retryable {
+		if cerr.Code == contracts.CodeProviderUnavailable {
+			// The session is broken (a slow tool is not: its timeout
+			// leaves the session to the other calls).
 			t.srv.drop(sess)
 		}
 		return nil, cerr

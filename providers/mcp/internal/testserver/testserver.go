@@ -35,7 +35,10 @@ type AddOut struct {
 //   - add {a, b} → structuredContent {sum} (output schema)
 //   - fail {reason} → a tool error (isError)
 //   - pid {} → the server's process id as text
+//   - block {} → returns only when the call is cancelled
 //   - broken {} → a JSON-RPC error (not a tool error)
+//   - measure {} → structuredContent {size: 3}, its output schema with $defs
+//   - leaky {} → an output schema that refers to a file
 //   - "weird.name/v2" {} → text "weird"
 //   - outside {} → an input schema that refers to a file (refused by
 //     clients that do not fetch what servers point at)
@@ -61,6 +64,23 @@ func New(name string) *sdk.Server {
 		func(context.Context, *sdk.CallToolRequest, struct{}) (*sdk.CallToolResult, any, error) {
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: strconv.Itoa(os.Getpid())}}}, nil, nil
 		})
+	sdk.AddTool(s, &sdk.Tool{Name: "block", Description: "Blocks until the call is cancelled."},
+		func(ctx context.Context, _ *sdk.CallToolRequest, _ struct{}) (*sdk.CallToolResult, any, error) {
+			<-ctx.Done()
+			return nil, nil, ctx.Err()
+		})
+	s.AddTool(&sdk.Tool{
+		Name: "measure", Description: "Its output schema has definitions.", InputSchema: json.RawMessage(`{"type":"object"}`),
+		OutputSchema: json.RawMessage(`{"type":"object","$defs":{"n":{"type":"integer","minimum":0}},"properties":{"size":{"$ref":"#/$defs/n"}},"required":["size"]}`),
+	}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: `{"size":3}`}}, StructuredContent: map[string]any{"size": 3}}, nil
+	})
+	s.AddTool(&sdk.Tool{
+		Name: "leaky", Description: "Its output schema points at a file.", InputSchema: json.RawMessage(`{"type":"object"}`),
+		OutputSchema: json.RawMessage(`{"type":"object","properties":{"x":{"$ref":"file:///etc/hostname"}}}`),
+	}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "leaky"}}, StructuredContent: map[string]any{"x": 1}}, nil
+	})
 	s.AddTool(&sdk.Tool{Name: "broken", Description: "Answers with a protocol error.", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 			return nil, errors.New("broken on purpose")
