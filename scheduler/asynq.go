@@ -225,17 +225,15 @@ func (e *Asynq) start(ctx, lctx context.Context) error {
 		return fmt.Errorf("scheduler: asynq server: %w", err)
 	}
 	ready := make(chan struct{})
-	watchErr := make(chan error, 1)
 	e.lc.goLoop(func() {
-		watchErr <- e.watch(lctx, ready, func(s *Schedule) { e.register(lctx, s) }, e.unregister)
+		e.follow(lctx, ready, watcher{
+			put:    func(s *Schedule) { e.register(lctx, s) },
+			del:    e.unregister,
+			synced: e.keepOnly,
+		})
 	})
 	select {
 	case <-ready:
-	case err := <-watchErr:
-		if err == nil {
-			err = errors.New("scheduler: watch ended")
-		}
-		return err
 	case <-sctx.Done():
 		return fmt.Errorf("scheduler: loading schedules: %w", sctx.Err())
 	}
@@ -279,6 +277,32 @@ func (e *Asynq) Stop(ctx context.Context) error {
 
 // Stopped is closed when the engine has stopped.
 func (e *Asynq) Stopped() <-chan struct{} { return e.lc.done }
+
+// Create stores s and registers it at once.
+func (e *Asynq) Create(ctx context.Context, s *Schedule) (*Schedule, error) {
+	created, err := e.Client.Create(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	e.lc.mu.Lock()
+	running := e.lc.started && !e.lc.stopped
+	e.lc.mu.Unlock()
+	if running {
+		e.register(ctx, created)
+	}
+	return created, nil
+}
+
+// keepOnly unregisters schedules deleted while the watch was down.
+func (e *Asynq) keepOnly(ids map[string]bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for id := range e.entries {
+		if !ids[id] {
+			e.dropLocked(id)
+		}
+	}
+}
 
 // Delete removes the schedule, its Scheduler entry and its delayed task.
 func (e *Asynq) Delete(ctx context.Context, id string) error {

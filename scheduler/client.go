@@ -403,38 +403,77 @@ func isWrongSeq(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
-// watch calls put for every stored schedule and every later change, and
-// del for every deletion, until ctx ends. ready is closed once the stored
-// schedules have been passed to put.
-func (c *Client) watch(ctx context.Context, ready chan<- struct{}, put func(*Schedule), del func(id string)) error {
+// watcher receives the schedules of the bucket as they change.
+type watcher struct {
+	// put is called for every stored schedule and every later put.
+	put func(*Schedule)
+	// del is called for every deletion.
+	del func(id string)
+	// synced is called once the stored schedules have been passed to put,
+	// with their ids (after a re-watch, anything else was deleted meanwhile).
+	synced func(ids map[string]bool)
+}
+
+// follow runs w until ctx ends, watching again (after a second) whenever a
+// watch ends early. ready is closed after the first sync.
+func (c *Client) follow(ctx context.Context, ready chan<- struct{}, w watcher) {
+	first := true
+	synced := w.synced
+	w.synced = func(ids map[string]bool) {
+		if synced != nil {
+			synced(ids)
+		}
+		if first {
+			first = false
+			close(ready)
+		}
+	}
+	for {
+		err := c.watch(ctx, w)
+		if ctx.Err() != nil {
+			return
+		}
+		c.log.Warn("schedule watch ended; watching again", slog.Any("err", err))
+		t := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// watch passes the bucket's schedules to w until ctx ends or the watch does.
+func (c *Client) watch(ctx context.Context, w watcher) error {
 	kv, err := c.bucket(ctx)
 	if err != nil {
 		return err
 	}
-	w, err := kv.Watch(ctx, "def.*")
+	kw, err := kv.Watch(ctx, "def.*")
 	if err != nil {
 		return fmt.Errorf("scheduler: watch: %w", err)
 	}
-	defer func() { _ = w.Stop() }()
-	readyDone := false
+	defer func() { _ = kw.Stop() }()
+	seen := map[string]bool{}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case e, ok := <-w.Updates():
+		case e, ok := <-kw.Updates():
 			if !ok {
-				return nil
+				return errors.New("scheduler: watch closed")
 			}
 			if e == nil {
-				if !readyDone {
-					close(ready)
-					readyDone = true
+				if seen != nil {
+					w.synced(seen)
+					seen = nil
 				}
 				continue
 			}
 			id := strings.TrimPrefix(e.Key(), "def.")
 			if e.Operation() != jetstream.KeyValuePut {
-				del(id)
+				w.del(id)
 				continue
 			}
 			s, err := decodeSchedule(e.Value())
@@ -442,7 +481,10 @@ func (c *Client) watch(ctx context.Context, ready chan<- struct{}, put func(*Sch
 				c.log.Warn("skipping malformed schedule", slog.String("key", e.Key()), slog.Any("err", err))
 				continue
 			}
-			put(s)
+			if seen != nil {
+				seen[id] = true
+			}
+			w.put(s)
 		}
 	}
 }

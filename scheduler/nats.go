@@ -112,17 +112,14 @@ func (e *NATS) start(ctx, lctx context.Context) error {
 	}
 	e.cons = cons
 	ready := make(chan struct{})
-	watchErr := make(chan error, 1)
 	e.lc.goLoop(func() {
-		watchErr <- e.watch(lctx, ready, func(s *Schedule) { e.materialize(lctx, s) }, func(id string) { e.unmaterialize(lctx, id) })
+		e.follow(lctx, ready, watcher{
+			put: func(s *Schedule) { e.materialize(lctx, s) },
+			del: func(id string) { e.unmaterialize(lctx, id) },
+		})
 	})
 	select {
 	case <-ready:
-	case err := <-watchErr:
-		if err == nil {
-			err = errors.New("scheduler: watch ended")
-		}
-		return err
 	case <-sctx.Done():
 		return fmt.Errorf("scheduler: loading schedules: %w", sctx.Err())
 	}
@@ -151,6 +148,22 @@ func (e *NATS) Stop(ctx context.Context) error {
 
 // Stopped is closed when the engine has stopped.
 func (e *NATS) Stopped() <-chan struct{} { return e.lc.done }
+
+// Create stores s and publishes its schedule message at once (the watchers
+// of other instances find it already there).
+func (e *NATS) Create(ctx context.Context, s *Schedule) (*Schedule, error) {
+	created, err := e.Client.Create(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	e.lc.mu.Lock()
+	running := e.lc.started && !e.lc.stopped
+	e.lc.mu.Unlock()
+	if running {
+		e.materialize(ctx, created)
+	}
+	return created, nil
+}
 
 // Delete removes the schedule and its schedule message at once.
 func (e *NATS) Delete(ctx context.Context, id string) error {

@@ -178,7 +178,9 @@ func (s *Schedule) prepare(now time.Time) error {
 			return contracts.Errorf(contracts.CodeInvalidInput, "every %s is not a whole number of seconds", s.Every)
 		}
 		if s.Anchor.IsZero() {
-			s.Anchor = now.Truncate(time.Second)
+			// Rounded like the NATS server rounds the store time of an
+			// @every schedule message, so both count from the same second.
+			s.Anchor = now.Round(time.Second)
 		}
 	case KindCron:
 		sched, err := parseCron(s.Cron, s.TimeZone)

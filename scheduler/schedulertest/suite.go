@@ -148,18 +148,19 @@ func testRestart(t *testing.T, d Driver) {
 	require.NoError(t, e1.Start(ctxT(t, 15*time.Second)))
 	s, err := e1.Create(ctxT(t, 5*time.Second), b.schedule(scheduler.Schedule{ID: "durable", Every: time.Second}))
 	require.NoError(t, err)
-	later, err := e1.Create(ctxT(t, 5*time.Second), b.schedule(scheduler.Schedule{ID: "after-restart", In: 6 * time.Second}))
-	require.NoError(t, err)
 	b.jobs.waitN(t, 1, 5*time.Second)
 	stop(t, e1)
 	down := time.Now()
+	// Added while no scheduler runs, due during the outage: fires once, late.
+	later, err := e1.Create(ctxT(t, 5*time.Second), b.schedule(scheduler.Schedule{ID: "during-outage", In: time.Second}))
+	require.NoError(t, err)
 	before := len(b.jobs.all())
 	lastBefore := b.jobs.all()[before-1].FireTime
 	// Four fire times pass with no scheduler.
 	sleepUntil(down.Add(4 * time.Second))
 
+	restarted := time.Now() // fire times up to here were missed
 	e2 := b.engine(t)
-	restarted := time.Now()
 	info, err := e2.Get(ctxT(t, 5*time.Second), s.ID)
 	require.NoError(t, err)
 	require.Equal(t, time.Second, info.Schedule.Every)
@@ -191,8 +192,8 @@ func testRestart(t *testing.T, d Driver) {
 		}
 	}
 	require.LessOrEqual(t, caught, 1, "missed firings enqueued more than once: %v", ids(periodic))
-	// The delayed schedule made before the restart fires too.
-	b.jobs.waitFor(t, 10*time.Second, "delayed job after restart", func(js []job) bool {
+	// The delayed schedule due during the outage fires once, after it.
+	js = b.jobs.waitFor(t, 10*time.Second, "delayed job after restart", func(js []job) bool {
 		for _, j := range js {
 			if j.ID == later.JobID(later.At) {
 				return true
@@ -200,6 +201,15 @@ func testRestart(t *testing.T, d Driver) {
 		}
 		return false
 	})
+	n := 0
+	for _, j := range js {
+		if j.ID == later.JobID(later.At) {
+			n++
+			require.True(t, j.Stored.After(restarted.Add(-100*time.Millisecond)), "delayed job stored at %s, before the restart at %s", j.Stored, restarted)
+		}
+	}
+	require.Equal(t, 1, n)
+	require.True(t, later.At.Before(restarted), "the delayed job was due during the outage")
 }
 
 // The engine's backend (Redis for asynq) restarts empty mid-run: firings
@@ -273,7 +283,18 @@ func testNATSRestart(t *testing.T, d Driver) {
 		}
 	}
 	requireOnePerFiring(t, s.ID, periodic)
-	// The fired one-shot schedule goes; the periodic one stays.
+	// A schedule made after the restart fires too.
+	after, err := e.Create(ctxT(t, 10*time.Second), b.schedule(scheduler.Schedule{ID: "after", In: time.Second}))
+	require.NoError(t, err)
+	b.jobs.waitFor(t, 10*time.Second, "job of a schedule made after the restart", func(js []job) bool {
+		for _, j := range js {
+			if j.ID == after.JobID(after.At) {
+				return true
+			}
+		}
+		return false
+	})
+	// The fired one-shot schedules go; the periodic one stays.
 	require.Eventually(t, func() bool {
 		list, err := e.List(ctxT(t, 10*time.Second))
 		return err == nil && len(list) == 1 && list[0].Schedule.ID == s.ID
