@@ -8,7 +8,10 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/toolq/toolq/contracts"
 )
@@ -91,11 +94,20 @@ func LoadConfig(path string) (*Config, error) {
 }
 
 func (c *Config) validate() error {
+	namespaces := map[string]string{}
 	for _, name := range c.names() {
 		s := c.Servers[name]
 		if !contracts.ValidID(name) || len(name) > MaxServerName {
 			return contracts.Errorf(contracts.CodeInvalidInput, "mcp server name %q: want [A-Za-z0-9_-]{1,%d}", name, MaxServerName)
 		}
+		ns := Namespace(name)
+		if ns == "" {
+			return contracts.Errorf(contracts.CodeInvalidInput, "mcp server name %q needs a letter or digit", name)
+		}
+		if other, dup := namespaces[ns]; dup {
+			return contracts.Errorf(contracts.CodeInvalidInput, "mcp servers %q and %q would share the guest namespace MCP.%s", other, name, ns)
+		}
+		namespaces[ns] = name
 		switch {
 		case s.Command != "" && s.URL != "":
 			return contracts.Errorf(contracts.CodeInvalidInput, "mcp server %s: give command or url, not both", name)
@@ -139,4 +151,26 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.Default()
 	}
 	return c, c.validate()
+}
+
+// Namespace is the guest namespace of a server: MCP.<Namespace(server)>,
+// the server's name in camel case ("chrome-devtools" → "chromeDevtools"),
+// as the code-mode sandbox derives it.
+func Namespace(server string) string {
+	parts := strings.FieldsFunc(server, func(r rune) bool {
+		return !(r < utf8.RuneSelf && (unicode.IsLetter(r) || unicode.IsDigit(r)))
+	})
+	var b strings.Builder
+	for i, p := range parts {
+		if i == 0 {
+			b.WriteString(strings.ToLower(p[:1]) + p[1:])
+		} else {
+			b.WriteString(strings.ToUpper(p[:1]) + p[1:])
+		}
+	}
+	s := b.String()
+	if s != "" && s[0] >= '0' && s[0] <= '9' {
+		s = "_" + s
+	}
+	return s
 }

@@ -350,6 +350,15 @@ func TestNewFails(t *testing.T) {
 	require.ErrorContains(t, err, "mcp server b")
 }
 
+func TestNamespace(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"github": "github", "chrome-devtools": "chromeDevtools", "my_srv": "mySrv", "Docs": "docs", "1st": "_1st", "--": "",
+	} {
+		require.Equal(t, want, mcp.Namespace(in), in)
+	}
+}
+
 func TestParseConfig(t *testing.T) {
 	t.Parallel()
 	cfg, err := mcp.ParseConfig([]byte(`{"servers":{"gh":{"url":"https://example.com/mcp","headers":{"Authorization":"Bearer x"}},"fs":{"command":"mcp-fs","args":["--root","/tmp"],"env":{"A":"b"}}}}`))
@@ -366,6 +375,8 @@ func TestParseConfig(t *testing.T) {
 		`{"servers":{"":{"command":"x"}}}`,
 		`{"servers":{"` + strings.Repeat("a", mcp.MaxServerName+1) + `":{"command":"x"}}}`,
 		`{"servers":{"a":{}}}`,
+		`{"servers":{"--":{"command":"x"}}}`,
+		`{"servers":{"my-srv":{"command":"x"},"my_srv":{"command":"y"}}}`,
 		`{"servers":{"a":{"command":"x","url":"http://h/"}}}`,
 		`{"servers":{"a":{"url":"file:///etc/passwd"}}}`,
 		`{"servers":{"a":{"url":"http:///nohost"}}}`,

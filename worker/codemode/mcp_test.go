@@ -77,15 +77,20 @@ func TestMCPToolsInCodeMode(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	url := startGitHub(t)
-	w := b.startWorker(t, "A", nil, registerMCP(t, &mcp.Config{Servers: map[string]mcp.ServerConfig{"github": {URL: url}}}))
+	// The same server twice: under a plain name and under one that the
+	// guest sees in camel case.
+	w := b.startWorker(t, "A", nil, registerMCP(t, &mcp.Config{Servers: map[string]mcp.ServerConfig{
+		"github": {URL: url}, "code-search": {URL: url},
+	}}))
 	require.Contains(t, w.Tools(), "mcp.github.create_issue")
+	require.Contains(t, w.Tools(), "mcp.code-search.search_code")
 
 	// Declarations come without any bridge or tool call.
 	job := b.exec(t, `
 		const files = await API.list("mcp");
 		const decl = await API.read("mcp/github.d.ts");
 		const api = await MCP.github.$api();
-		return {files, decl, same: api === decl, fns: Object.keys(MCP.github).sort()};`, nil, nil)
+		return {files, decl, same: api === decl, fns: Object.keys(MCP.github).sort(), namespaces: Object.keys(MCP).sort()};`, nil, nil)
 	ev := b.await(t, job, false)
 	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, string(ev.Data.Result))
 	r := result(t, ev.Data.Result)
@@ -96,9 +101,11 @@ func TestMCPToolsInCodeMode(t *testing.T) {
 		Decl  string   `json:"decl"`
 		Same  bool     `json:"same"`
 		Fns   []string `json:"fns"`
+		NS    []string `json:"namespaces"`
 	}
 	require.NoError(t, json.Unmarshal(r.Value, &decl))
-	require.Equal(t, []string{"mcp/github.d.ts"}, decl.Files)
+	require.ElementsMatch(t, []string{"mcp/github.d.ts", "mcp/codeSearch.d.ts"}, decl.Files)
+	require.Equal(t, []string{mcp.Namespace("code-search"), "github"}, decl.NS)
 	require.True(t, decl.Same, "$api() returns the declaration")
 	require.Equal(t, []string{"$api", "createIssue", "lockIssue", "searchCode"}, decl.Fns)
 	require.True(t, strings.HasPrefix(decl.Decl, "declare namespace MCP.github {"), decl.Decl)
@@ -114,11 +121,13 @@ func TestMCPToolsInCodeMode(t *testing.T) {
 	// Namespace calls are nested jobs; each returns the McpToolResult.
 	job = b.exec(t, `
 		const issue = await MCP.github.createIssue({owner: "toolq", repo: "toolq", title: "Look at the logs"});
-		const [hits, locked] = await Promise.all([MCP.github.searchCode({query: "wazero"}), MCP.github.lockIssue({})]);
+		const [hits, locked, other] = await Promise.all([
+			MCP.github.searchCode({query: "wazero"}), MCP.github.lockIssue({}), MCP.codeSearch.searchCode({query: "quickjs"}),
+		]);
 		let direct = "";
 		try { await tools.call("mcp:github:create_issue", {owner: "o", repo: "r", title: "t"}); } catch (e) { direct = e.message; }
 		return {
-			issue, hits, locked, direct,
+			issue, hits, locked, other, direct,
 			ids: ALL_TOOLS.map((t) => t.id),
 			toolNames: Object.keys(tools),
 			found: (await tools.search("issue")).map((t) => t.id),
@@ -128,11 +137,12 @@ func TestMCPToolsInCodeMode(t *testing.T) {
 	ev = b.await(t, job, false)
 	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, string(ev.Data.Result))
 	r = result(t, ev.Data.Result)
-	require.Equal(t, 3, r.Telemetry.NestedCalls)
+	require.Equal(t, 4, r.Telemetry.NestedCalls)
 	var v struct {
 		Issue     map[string]any `json:"issue"`
 		Hits      map[string]any `json:"hits"`
 		Locked    map[string]any `json:"locked"`
+		Other     map[string]any `json:"other"`
 		Direct    string         `json:"direct"`
 		IDs       []string       `json:"ids"`
 		ToolNames []string       `json:"toolNames"`
@@ -143,6 +153,7 @@ func TestMCPToolsInCodeMode(t *testing.T) {
 	require.NotEmpty(t, v.Issue["content"])
 	require.NotContains(t, v.Issue, "isError")
 	require.Equal(t, []any{map[string]any{"type": "text", "text": "found wazero"}}, v.Hits["content"])
+	require.Equal(t, []any{map[string]any{"type": "text", "text": "found quickjs"}}, v.Other["content"])
 	require.Equal(t, true, v.Locked["isError"])
 	require.Contains(t, v.Locked["content"].([]any)[0].(map[string]any)["text"], "locking is not allowed")
 	require.Contains(t, v.Direct, "call it as MCP.github.createIssue(input)")
@@ -165,5 +176,5 @@ func TestMCPToolsInCodeMode(t *testing.T) {
 		}
 		return nil
 	}))
-	require.ElementsMatch(t, []string{"mcp.github.create_issue", "mcp.github.search_code", "mcp.github.lock_issue"}, nested)
+	require.ElementsMatch(t, []string{"mcp.github.create_issue", "mcp.github.search_code", "mcp.github.lock_issue", "mcp.code-search.search_code"}, nested)
 }
