@@ -46,11 +46,13 @@ func (p *Producer) Approval(ctx context.Context, id string) (json.RawMessage, er
 }
 
 // Decide submits a signed decision on an approval — the JSON of a
-// providers/shell.ApprovalDecision — as an exec.decide job in session (the
-// producer's when empty). Await the job: it completes with the decision's
-// outcome, or fails with code denied when the worker refuses the decision
-// (unsigned, unknown approver, another command, expired).
-func (p *Producer) Decide(ctx context.Context, session string, decision json.RawMessage) (*contracts.Job, error) {
+// providers/shell.ApprovalDecision — as an exec.decide job. Await the job:
+// it completes with the decision's outcome (once an approved command has
+// run), or fails with code denied when the worker refuses the decision
+// (unsigned, unknown approver, another command, expired). With
+// opts.Progress the job also writes a progress event as soon as the
+// decision is applied.
+func (p *Producer) Decide(ctx context.Context, decision json.RawMessage, opts *SubmitOpts) (*contracts.Job, error) {
 	if !json.Valid(decision) {
 		return nil, contracts.Errorf(contracts.CodeInvalidInput, "decision is not valid JSON")
 	}
@@ -60,5 +62,5 @@ func (p *Producer) Decide(ctx context.Context, session string, decision json.Raw
 	if err != nil {
 		return nil, err
 	}
-	return p.Submit(ctx, ToolExecDecide, input, &SubmitOpts{Session: session})
+	return p.Submit(ctx, ToolExecDecide, input, opts)
 }

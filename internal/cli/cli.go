@@ -94,6 +94,7 @@ Submit a job and wait for its result:    toolq submit --tool noop --input '{"hi"
 		newExecCmd(g),
 		newWaitCmd(g),
 		newRunsCmd(g),
+		newApproveCmd(g), newDenyCmd(g),
 	)
 	return root
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/toolq/toolq/sandbox"
 	"github.com/toolq/toolq/worker"
 	"github.com/toolq/toolq/worker/codemode"
+	"github.com/toolq/toolq/worker/shellexec"
 )
 
 type workerFlags struct {
@@ -34,6 +35,7 @@ type workerFlags struct {
 	snapshotKeyFile string
 	noCodeMode      bool
 	mcpConfig       string
+	exec            execFlags
 }
 
 func (f *workerFlags) register(cmd *cobra.Command) {
@@ -44,6 +46,7 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.snapshotKeyFile, "snapshot-key-file", "", "key that signs code-mode snapshots, shared by every worker (or env TOOLQ_SNAPSHOT_KEY, hex)")
 	cmd.Flags().BoolVar(&f.noCodeMode, "no-code-mode", false, "do not run code-mode jobs on this worker")
 	addMCPFlag(cmd, &f.mcpConfig)
+	f.exec.register(cmd)
 }
 
 // node is a worker with every tool this binary has, code mode included.
@@ -52,6 +55,7 @@ type node struct {
 	cm     *codemode.CodeMode
 	engine *sandbox.Engine
 	mcp    *mcp.Servers
+	exec   *shellexec.ShellExec
 }
 
 // newWorker builds a worker with every tool this binary has.
@@ -75,6 +79,9 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 		return nil, err
 	}
 	n := &node{w: w}
+	if n.exec, err = registerExec(g, w, nc, f); err != nil {
+		return nil, err
+	}
 	if n.mcp, err = registerMCP(ctx, g, w, f.mcpConfig); err != nil {
 		return nil, err
 	}
@@ -103,6 +110,9 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 }
 
 func (n *node) start(ctx context.Context) error {
+	if err := n.startExec(ctx); err != nil {
+		return err
+	}
 	if n.cm != nil {
 		if err := n.cm.Start(ctx); err != nil {
 			return err
@@ -113,7 +123,7 @@ func (n *node) start(ctx context.Context) error {
 
 func (n *node) stop(ctx context.Context) error {
 	err := n.w.Stop(ctx)
-	err = errors.Join(err, n.mcp.Close())
+	err = errors.Join(err, n.mcp.Close(), n.stopExec(ctx))
 	if n.cm != nil {
 		err = errors.Join(err, n.cm.Stop(ctx))
 	}
@@ -232,6 +242,7 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 					return err
 				}
 			}
+			devApproverSeed(f, dataDir)
 			n, err := newNode(ctx, g, nc, f)
 			if err != nil {
 				return err
@@ -245,6 +256,7 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 			fmt.Fprintf(g.stderr, "toolq dev: worker %s runs %v\n", w.Name(), w.Tools())
 			fmt.Fprintf(g.stderr, "toolq dev: connect with  export TOOLQ_NATS=%s\n", srv.URL())
 			fmt.Fprintf(g.stderr, "toolq dev: then try      toolq submit --tool noop --input '{\"hello\":\"toolq\"}' --wait\n")
+			printExecHelp(g, f)
 
 			if err := selfCheck(ctx, g, srv, n.cm != nil); err != nil {
 				_ = n.stop(context.Background())

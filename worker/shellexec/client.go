@@ -31,8 +31,8 @@ type DecideOpts struct {
 	Always bool
 	// Reason is shown with a denial.
 	Reason string
-	// Session of the exec.decide job; the producer's when empty.
-	Session string
+	// Submit are the options of the exec.decide job (session, progress).
+	Submit *producer.SubmitOpts
 }
 
 // Decide reads approval id, signs verdict on exactly its plan with the
@@ -55,6 +55,6 @@ func Decide(ctx context.Context, p *producer.Producer, id string, verdict shell.
 	if err != nil {
 		return nil, rec, err
 	}
-	job, err := p.Decide(ctx, o.Session, raw)
+	job, err := p.Decide(ctx, raw, o.Submit)
 	return job, rec, err
 }

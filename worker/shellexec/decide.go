@@ -75,7 +75,16 @@ func (s *ShellExec) handleDecide(ctx context.Context, job *contracts.Job) (json.
 			log.Info("approval decided", slog.String("status", rec.Status), slog.Bool("always", d.Always))
 		}
 		res.Status, res.Applied = rec.Status, true
-		if err := s.apply(ctx, rec); err != nil {
+		decided := func() {
+			if !job.Progress {
+				return
+			}
+			// Tell the approver at once; an approved command may run long.
+			if err := s.emit(ctx, job, contracts.StatusProgress, 1, res, nil); err != nil {
+				log.Debug("decision progress not written", slog.Any("err", err))
+			}
+		}
+		if err := s.apply(ctx, rec, decided); err != nil {
 			return nil, err
 		}
 		return mustJSON(res), nil
@@ -83,8 +92,10 @@ func (s *ShellExec) handleDecide(ctx context.Context, job *contracts.Job) (json.
 	return nil, fmt.Errorf("shellexec: approval %s kept changing", d.ApprovalID)
 }
 
-// apply carries a recorded decision out on the exec job.
-func (s *ShellExec) apply(ctx context.Context, rec *Record) error {
+// apply carries a recorded decision out on the exec job, calling decided
+// once the job's approved or denied event is written (or the job is found
+// ended), before an approved command runs.
+func (s *ShellExec) apply(ctx context.Context, rec *Record, decided func()) error {
 	a := &rec.Approval
 	d := rec.Decision
 	ref := &contracts.Job{ID: a.JobID, Session: a.Session, Tool: rec.Tool}
@@ -99,6 +110,7 @@ func (s *ShellExec) apply(ctx context.Context, rec *Record) error {
 		if err != nil && !isEnded(err) {
 			return err
 		}
+		decided()
 		return nil
 	}
 	if d.Always {
@@ -115,6 +127,7 @@ func (s *ShellExec) apply(ctx context.Context, rec *Record) error {
 		return permanent(contracts.CodeInternalError, "exec job %s has no events", a.JobID)
 	case last.Data.Status.Terminal():
 		s.log.Info("approved job already ended; not run", slog.String("job", a.JobID), slog.String("status", string(last.Data.Status)))
+		decided()
 		return nil
 	case last.Data.Status != contracts.StatusApprovalPending:
 		// Approved before, by this decide job on a worker that stopped.
@@ -126,11 +139,13 @@ func (s *ShellExec) apply(ctx context.Context, rec *Record) error {
 	}
 	err = s.emit(ctx, ref, contracts.StatusApproved, 1, ApprovedResult{ApprovalID: a.ID, Approver: d.Approver, Always: d.Always}, nil)
 	if isEnded(err) {
+		decided()
 		return nil // cancelled meanwhile
 	}
 	if err != nil {
 		return err
 	}
+	decided()
 	s.runApproved(ctx, rec, ref)
 	return nil
 }

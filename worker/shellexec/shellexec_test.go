@@ -154,7 +154,7 @@ func (b *bundle) submitDecision(t *testing.T, d shell.ApprovalDecision) *contrac
 	t.Helper()
 	raw, err := json.Marshal(d)
 	require.NoError(t, err)
-	job, err := b.prod.Decide(testutil.Context(t, 5*time.Second), "", raw)
+	job, err := b.prod.Decide(testutil.Context(t, 5*time.Second), raw, nil)
 	require.NoError(t, err)
 	return b.await(t, job.Session, job.ID, false)
 }
