@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -19,9 +20,13 @@ type waiter struct {
 type follower struct {
 	cc jetstream.ConsumeContext
 
-	mu      sync.Mutex
-	waiters map[string][]*waiter
+	mu       sync.Mutex
+	waiters  map[string][]*waiter
+	lastUsed time.Time
 }
+
+// followerIdle is how long a session's follower lives without waiters.
+const followerIdle = 2 * time.Minute
 
 // follow returns the session's follower, starting it if needed. Once it
 // returns, every event stored later reaches the follower.
@@ -34,6 +39,7 @@ func (p *Producer) follow(ctx context.Context, session string) (*follower, error
 	if f, ok := p.followers[session]; ok {
 		return f, nil
 	}
+	p.sweepLocked(time.Now())
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
 	cons, err := p.js.OrderedConsumer(ctx, p.cfg.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{
@@ -43,7 +49,7 @@ func (p *Producer) follow(ctx context.Context, session string) (*follower, error
 	if err != nil {
 		return nil, fmt.Errorf("producer: follow session %s: %w", session, err)
 	}
-	f := &follower{waiters: map[string][]*waiter{}}
+	f := &follower{waiters: map[string][]*waiter{}, lastUsed: time.Now()}
 	f.cc, err = cons.Consume(func(m jetstream.Msg) { f.dispatch(m.Data()) },
 		jetstream.PullMaxMessages(1024))
 	if err != nil {
@@ -51,6 +57,20 @@ func (p *Producer) follow(ctx context.Context, session string) (*follower, error
 	}
 	p.followers[session] = f
 	return f, nil
+}
+
+// sweepLocked stops followers that had no waiter for followerIdle, so a
+// long-lived producer that touches many sessions keeps few consumers.
+func (p *Producer) sweepLocked(now time.Time) {
+	for s, f := range p.followers {
+		f.mu.Lock()
+		idle := len(f.waiters) == 0 && now.Sub(f.lastUsed) > followerIdle
+		f.mu.Unlock()
+		if idle {
+			f.stop()
+			delete(p.followers, s)
+		}
+	}
 }
 
 func (f *follower) dispatch(data []byte) {
@@ -73,6 +93,7 @@ func (f *follower) dispatch(data []byte) {
 func (f *follower) add(jobID string, w *waiter) {
 	f.mu.Lock()
 	f.waiters[jobID] = append(f.waiters[jobID], w)
+	f.lastUsed = time.Now()
 	f.mu.Unlock()
 }
 
@@ -86,6 +107,7 @@ func (f *follower) remove(jobID string, w *waiter) {
 			break
 		}
 	}
+	f.lastUsed = time.Now()
 	if len(ws) == 0 {
 		delete(f.waiters, jobID)
 	} else {

@@ -61,6 +61,57 @@ func setup(t *testing.T) *bundle {
 	return &bundle{srv: srv, prod: prod}
 }
 
+// setupB is setup for benchmarks: a server, a producer and one code-mode
+// worker.
+func setupB(b *testing.B) *bundle {
+	b.Helper()
+	// The server runs as its own process, so this process's memory is the
+	// worker's (and the producer's), not the server's.
+	proc := testutil.StartServerProcess(b, b.TempDir())
+	connect := func() *nats.Conn {
+		nc, err := nats.Connect(proc.URL())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(nc.Close)
+		return nc
+	}
+	prod, err := producer.New(connect(), &producer.Config{Session: "s1", Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(prod.Close)
+	bb := &bundle{prod: prod}
+	nc := connect()
+	w, err := worker.New(nc, &worker.Config{Name: "bench", Logger: quiet, StopTimeout: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	eng, err := sandbox.NewEngine(context.Background(), &sandbox.EngineConfig{SnapshotKey: []byte("bench-key-0123456789abcdef0123456789abcdef")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cm, err := codemode.Register(w, nc, &codemode.Config{Engine: eng, Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := testutil.Context(b, 30*time.Second)
+	if err := cm.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+		_ = cm.Stop(sctx)
+		_ = eng.Close(sctx)
+	})
+	return bb
+}
+
 // startWorker starts a worker with code mode and the given extra tools.
 func (b *bundle) startWorker(t *testing.T, name string, cfg *codemode.Config, register func(w *worker.Worker)) *worker.Worker {
 	t.Helper()

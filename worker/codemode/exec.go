@@ -241,7 +241,21 @@ func (c *CodeMode) checkSuspendedCap(ctx context.Context, session string) error 
 	if err != nil {
 		return err
 	}
-	if len(info.State.Subjects) >= c.cfg.MaxSuspendedPerSession {
+	if len(info.State.Subjects) < c.cfg.MaxSuspendedPerSession {
+		return nil
+	}
+	// The subject count includes the short-lived markers of runs that just
+	// ended: count the live records before refusing.
+	lister, err := c.store.kv.ListKeysFiltered(ctx, session+".*")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lister.Stop() }()
+	live := 0
+	for range lister.Keys() {
+		live++
+	}
+	if live >= c.cfg.MaxSuspendedPerSession {
 		return worker.Permanent(contracts.Errorf(contracts.CodeInvalidInput, "%s (at most %d per session)", msgTooManyRuns, c.cfg.MaxSuspendedPerSession))
 	}
 	return nil

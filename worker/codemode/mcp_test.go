@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -177,4 +179,37 @@ func TestMCPToolsInCodeMode(t *testing.T) {
 		return nil
 	}))
 	require.ElementsMatch(t, []string{"mcp.github.create_issue", "mcp.github.search_code", "mcp.github.lock_issue", "mcp.code-search.search_code"}, nested)
+}
+
+// TestMCPStdioServerInCodeMode runs a stdio MCP server (the test server
+// program of providers/mcp) under a worker and calls it from guest code.
+func TestMCPStdioServerInCodeMode(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "testserver")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/toolq/toolq/providers/mcp/internal/testserver/stdio").CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	b := setup(t)
+	b.startWorker(t, "A", nil, registerMCP(t, &mcp.Config{Servers: map[string]mcp.ServerConfig{"local-tools": {Command: bin}}}))
+	job := b.exec(t, `
+		const [echo, sum, failed] = await Promise.all([
+			MCP.localTools.echo({text: "ab", times: 2}),
+			MCP.localTools.add({a: 2, b: 40}),
+			MCP.localTools.fail({reason: "no"}),
+		]);
+		let bad = "";
+		try { await MCP.localTools.add({a: "two", b: 1}); } catch (e) { bad = e.message; }
+		return {echo: echo.content[0].text, sum: sum.structuredContent.sum, failed: failed.isError === true, bad};`,
+		map[string]any{"autoResume": true}, nil)
+	ev := b.await(t, job, false)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, string(ev.Data.Result))
+	require.JSONEq(t, `{"echo":"abab","sum":42,"failed":true,"bad":"invalid_input: mcp tool mcp.local-tools.add: input does not match its schema: jsonschema validation failed with 'https://toolq.invalid/mcp/schema.json#'"}`,
+		string(result(t, ev.Data.Result).Value))
+
+	// MCP tools count as side-effecting: a restartSafe run may not call them.
+	job = b.exec(t, `try { await MCP.localTools.echo({text: "x"}); return "called"; } catch (e) { return e.message; }`,
+		map[string]any{"restartSafe": true}, nil)
+	ev = b.await(t, job, false)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, string(ev.Data.Result))
+	require.Contains(t, string(result(t, ev.Data.Result).Value), "refused in a restartSafe run")
 }

@@ -1,0 +1,135 @@
+package testutil
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildErr  error
+)
+
+// NATSServerBinary builds nats-server from the module version this
+// repository pins (once per machine and version, into the user cache) and
+// returns its path. Cluster and fault tests run it as real processes.
+func NATSServerBinary(tb testing.TB) string {
+	tb.Helper()
+	buildOnce.Do(func() {
+		version := "unknown"
+		if bi, ok := debug.ReadBuildInfo(); ok {
+			for _, d := range bi.Deps {
+				if d.Path == "github.com/nats-io/nats-server/v2" {
+					version = d.Version
+				}
+			}
+		}
+		dir, err := os.UserCacheDir()
+		if err != nil {
+			dir = os.TempDir()
+		}
+		dir = filepath.Join(dir, "toolq-test", "nats-server-"+version)
+		buildPath = filepath.Join(dir, "nats-server")
+		if _, err := os.Stat(buildPath); err == nil {
+			return
+		}
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			buildErr = err
+			return
+		}
+		tmp := buildPath + ".tmp" + strconv.Itoa(os.Getpid())
+		cmd := exec.Command("go", "build", "-o", tmp, "github.com/nats-io/nats-server/v2")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			buildErr = fmt.Errorf("go build nats-server: %v: %s", err, out.String())
+			return
+		}
+		buildErr = os.Rename(tmp, buildPath)
+	})
+	require.NoError(tb, buildErr)
+	return buildPath
+}
+
+// ServerProcess is a nats-server running as a child process.
+type ServerProcess struct {
+	Port     int
+	StoreDir string
+	cmd      *exec.Cmd
+	done     chan struct{}
+	log      *bytes.Buffer
+}
+
+// URL is the client URL of the process.
+func (p *ServerProcess) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", p.Port) }
+
+// StartServerProcess starts nats-server with JetStream on a free loopback
+// port and storeDir; it is killed when the test ends. extra are more
+// command-line arguments (cluster routes, a config file).
+func StartServerProcess(tb testing.TB, storeDir string, extra ...string) *ServerProcess {
+	tb.Helper()
+	bin := NATSServerBinary(tb)
+	port := FreePort(tb)
+	args := append([]string{"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", storeDir}, extra...)
+	p := &ServerProcess{Port: port, StoreDir: storeDir, done: make(chan struct{}), log: &bytes.Buffer{}}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(tb, p.cmd.Start())
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	tb.Cleanup(p.Kill)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		nc, err := nats.Connect(p.URL(), nats.Timeout(time.Second))
+		if err == nil {
+			nc.Close()
+			return p
+		}
+		select {
+		case <-p.done:
+			tb.Fatalf("nats-server exited: %s", p.log.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("nats-server did not come up: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling an external process
+	}
+}
+
+// Pid is the process id.
+func (p *ServerProcess) Pid() int { return p.cmd.Process.Pid }
+
+// Kill stops the process at once (SIGKILL) and waits for it.
+func (p *ServerProcess) Kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(tb testing.TB) int {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(tb, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

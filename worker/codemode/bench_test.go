@@ -1,0 +1,92 @@
+package codemode_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/testutil"
+	"github.com/toolq/toolq/producer"
+)
+
+// BenchmarkRoundTrip measures exec → nested noop call as a job → suspend →
+// resume → completed, one run at a time, and reports the p50/p99 latency.
+func BenchmarkRoundTrip(b *testing.B) {
+	bb := setupB(b)
+	in, _ := json.Marshal(map[string]any{
+		"code":       `const r = await tools.callValue("toolq:core:noop", {x: 1}); return r.x + 1;`,
+		"autoResume": true,
+	})
+	ctx := testutil.Context(b, 5*time.Minute)
+	lat := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		start := time.Now()
+		job, err := bb.prod.Submit(ctx, contracts.ToolCodeModeExec, in, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ev, err := bb.prod.Await(ctx, job.Session, job.ID, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if ev.Data.Status != contracts.StatusCompleted {
+			b.Fatalf("run %s: %s", job.ID, ev.Data.Status)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50_ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99_ms")
+}
+
+// BenchmarkSuspendedRuns suspends 1,000 runs at once (each waiting on a
+// client tool) and reports the worker process's live heap per suspended run:
+// the runs live in NATS, not in the worker's memory.
+func BenchmarkSuspendedRuns(b *testing.B) {
+	bb := setupB(b)
+	ctx := testutil.Context(b, 10*time.Minute)
+	if err := bb.prod.RegisterClientTool(ctx, contracts.CatalogTool{ID: "client:bench:ask", Name: "ask", Description: "Ask a person."}); err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // let the worker's catalog mirror see the tool
+	const runs = 1000
+	in, _ := json.Marshal(map[string]any{
+		"code":  `const a = await tools.callValue("client:bench:ask", {q: "ok?"}); return a;`,
+		"limits": map[string]any{"snapshotTtlSeconds": 3600},
+	})
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapInuse
+	}
+	suspend := func(session string) {
+		job, err := bb.prod.Submit(ctx, contracts.ToolCodeModeExec, in, &producer.SubmitOpts{Session: session})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ev, err := bb.prod.Await(ctx, job.Session, job.ID, &producer.AwaitOpts{Parked: true})
+		if err != nil || ev.Data.Status != contracts.StatusWaiting {
+			b.Fatalf("run in %s: %v %v", session, err, ev)
+		}
+	}
+	// Warm up: the engine's VM pool and the connections' buffers.
+	for i := range 50 {
+		suspend(fmt.Sprintf("warm-%d", i%5))
+	}
+	iter := 0
+	for b.Loop() {
+		iter++
+		before := heap()
+		for i := range runs {
+			suspend(fmt.Sprintf("i%d-s%d", iter, i%20))
+		}
+		after := heap()
+		b.ReportMetric(float64(int64(after)-int64(before))/runs, "heap_bytes/suspended_run")
+		b.ReportMetric(float64(after)/(1<<20), "heap_MiB_with_1000_suspended")
+	}
+}
