@@ -220,7 +220,8 @@ func TestCallRefused(t *testing.T) {
 			{"echo", `{"times":2}`, "input does not match its schema"},
 			{"echo", `[1,2]`, "input must be a JSON object"},
 			{"echo", `"text"`, "input must be a JSON object"},
-			{"add", `{"a":"x","b":1}`, "input does not match its schema"},
+			{"add", `{"a":"x","b":1}`, "input does not match its schema: at '/a': got string, want number"},
+			{"add", `{"a":1}`, "input does not match its schema: at '': missing property 'b'"},
 		} {
 			_, err := call(t, tools[p+c.tool], c.input)
 			ce := codeOf(t, err)

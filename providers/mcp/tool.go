@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -95,14 +96,28 @@ func (t Tool) arguments(input json.RawMessage) (map[string]any, error) {
 		return nil, contracts.Errorf(contracts.CodeInvalidInput, "mcp tool %s: input: %v", t.Name, err)
 	}
 	if err := t.inSchema.Validate(inst); err != nil {
-		var ve *jsonschema.ValidationError
-		msg := err.Error()
-		if errors.As(err, &ve) {
-			msg = firstLine(ve.Error())
-		}
-		return nil, contracts.Errorf(contracts.CodeInvalidInput, "mcp tool %s: input does not match its schema: %s", t.Name, msg)
+		return nil, contracts.Errorf(contracts.CodeInvalidInput, "mcp tool %s: input does not match its schema: %s", t.Name, violations(err))
 	}
 	return args, nil
+}
+
+// violations lists the first few violations of a validation error, such as
+// "at '/a': got string, want number".
+func violations(err error) string {
+	lines := strings.Split(err.Error(), "\n")
+	var out []string
+	for _, l := range lines[1:] {
+		if l = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "- ")); l != "" {
+			out = append(out, l)
+		}
+	}
+	if len(out) == 0 {
+		return lines[0]
+	}
+	if len(out) > 3 {
+		out = append(out[:3], "…")
+	}
+	return clean(strings.Join(out, "; "), 512, true)
 }
 
 // fail classifies a failed connect or call.
@@ -145,11 +160,4 @@ func toResult(res *sdk.CallToolResult) (json.RawMessage, error) {
 		out.StructuredContent = b
 	}
 	return json.Marshal(out)
-}
-
-func firstLine(s string) string {
-	if i := bytes.IndexByte([]byte(s), '\n'); i > 0 {
-		return s[:i]
-	}
-	return s
 }

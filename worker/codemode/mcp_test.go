@@ -203,7 +203,7 @@ func TestMCPStdioServerInCodeMode(t *testing.T) {
 		map[string]any{"autoResume": true}, nil)
 	ev := b.await(t, job, false)
 	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, string(ev.Data.Result))
-	require.JSONEq(t, `{"echo":"abab","sum":42,"failed":true,"bad":"invalid_input: mcp tool mcp.local-tools.add: input does not match its schema: jsonschema validation failed with 'https://toolq.invalid/mcp/schema.json#'"}`,
+	require.JSONEq(t, `{"echo":"abab","sum":42,"failed":true,"bad":"invalid_input: mcp tool mcp.local-tools.add: input does not match its schema: at '/a': got string, want number"}`,
 		string(result(t, ev.Data.Result).Value))
 
 	// MCP tools count as side-effecting: a restartSafe run may not call them.
