@@ -52,6 +52,8 @@ type NATS struct {
 
 	cons jetstream.Consumer
 	cc   jetstream.ConsumeContext
+	// relayCancel ends in-flight relays; Stop calls it after the drain.
+	relayCancel context.CancelFunc
 }
 
 var _ Scheduler = (*NATS)(nil)
@@ -123,7 +125,10 @@ func (e *NATS) start(ctx, lctx context.Context) error {
 	case <-sctx.Done():
 		return fmt.Errorf("scheduler: loading schedules: %w", sctx.Err())
 	}
-	cc, err := cons.Consume(func(msg jetstream.Msg) { e.relay(lctx, msg) }, jetstream.PullMaxMessages(64))
+	// Relays outlive the loops' context: Stop drains them first.
+	rctx, rcancel := context.WithCancel(context.WithoutCancel(lctx))
+	e.relayCancel = rcancel
+	cc, err := cons.Consume(func(msg jetstream.Msg) { e.relay(rctx, msg) }, jetstream.PullMaxMessages(64))
 	if err != nil {
 		return fmt.Errorf("scheduler: relay: %w", err)
 	}
@@ -142,6 +147,9 @@ func (e *NATS) Stop(ctx context.Context) error {
 			case <-ctx.Done():
 				e.cc.Stop()
 			}
+		}
+		if e.relayCancel != nil {
+			e.relayCancel()
 		}
 	})
 }
