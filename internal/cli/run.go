@@ -36,6 +36,8 @@ type workerFlags struct {
 	noCodeMode      bool
 	mcpConfig       string
 	exec            execFlags
+	ackWait         time.Duration
+	leaseTTL        time.Duration
 }
 
 func (f *workerFlags) register(cmd *cobra.Command) {
@@ -43,6 +45,8 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&f.concurrency, "concurrency", 16, "jobs of each tool run at once")
 	cmd.Flags().IntVar(&f.replicas, "replicas", 1, "stream replicas (3 in a cluster)")
 	cmd.Flags().DurationVar(&f.stopTimeout, "stop-timeout", 30*time.Second, "how long a stop lets running jobs finish")
+	cmd.Flags().DurationVar(&f.ackWait, "ack-wait", 30*time.Second, "how long a job may go without a heartbeat before another worker takes it")
+	cmd.Flags().DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "how long a code-mode resume may hold a run before another worker takes it over")
 	cmd.Flags().StringVar(&f.snapshotKeyFile, "snapshot-key-file", "", "key that signs code-mode snapshots, shared by every worker (or env TOOLQ_SNAPSHOT_KEY, hex)")
 	cmd.Flags().BoolVar(&f.noCodeMode, "no-code-mode", false, "do not run code-mode jobs on this worker")
 	addMCPFlag(cmd, &f.mcpConfig)
@@ -70,7 +74,7 @@ func newWorker(g *globals, nc *nats.Conn, f *workerFlags) (*worker.Worker, error
 func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*node, error) {
 	w, err := worker.New(nc, &worker.Config{
 		Name: f.name, Subjects: g.subjects(), Replicas: f.replicas, StopTimeout: f.stopTimeout,
-		Logger: g.log, Tool: worker.ToolConfig{Concurrency: f.concurrency},
+		Logger: g.log, Tool: worker.ToolConfig{Concurrency: f.concurrency, AckWait: f.ackWait},
 	})
 	if err != nil {
 		return nil, err
@@ -102,7 +106,7 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 		return nil, fmt.Errorf("code mode: %w", err)
 	}
 	if n.cm, err = codemode.Register(w, nc, &codemode.Config{
-		Engine: n.engine, Subjects: g.subjects(), Replicas: f.replicas, Logger: g.log,
+		Engine: n.engine, Subjects: g.subjects(), Replicas: f.replicas, Logger: g.log, LeaseTTL: f.leaseTTL,
 	}); err != nil {
 		return nil, err
 	}
