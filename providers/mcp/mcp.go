@@ -121,6 +121,7 @@ func (s *server) session(ctx context.Context) (*session, error) {
 		select {
 		case <-s.sess.done:
 			s.log.Warn("mcp session ended; reconnecting")
+			_ = s.sess.cs.Close() // releases what is left (a stdio server is reaped)
 			s.sess = nil
 		default:
 			return s.sess, nil

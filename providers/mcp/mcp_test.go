@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -283,7 +285,25 @@ func TestStdioServerGone(t *testing.T) {
 	require.Equal(t, contracts.CodeProviderUnavailable, ce.Code, ce.Message)
 	require.True(t, ce.Retryable)
 
-	require.NotEqual(t, first, pid(), "the next call starts the server again")
+	second := pid()
+	require.NotEqual(t, first, second, "the next call starts the server again")
+
+	// Killed between calls: the session's end is noticed either before the
+	// next call (which then connects again) or by it (which then fails,
+	// retryable); at the latest the call after that runs on a new process.
+	n, err := strconv.Atoi(second)
+	require.NoError(t, err)
+	proc, err := os.FindProcess(n)
+	require.NoError(t, err)
+	require.NoError(t, proc.Kill())
+	res, err := call(t, tools["mcp.local.pid"], `{}`)
+	if err != nil {
+		require.True(t, codeOf(t, err).Retryable, err.Error())
+		res, err = call(t, tools["mcp.local.pid"], `{}`)
+		require.NoError(t, err)
+	}
+	third := res["content"].([]any)[0].(map[string]any)["text"].(string)
+	require.NotEqual(t, second, third)
 }
 
 func TestCallDeadline(t *testing.T) {
