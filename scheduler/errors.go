@@ -13,8 +13,6 @@ var (
 	ErrNotFound = errors.New("scheduler: schedule not found")
 	// ErrExists is returned by Create for an id that is already taken.
 	ErrExists = errors.New("scheduler: schedule already exists")
-	// ErrNotStarted is returned by engine calls that need Start first.
-	ErrNotStarted = errors.New("scheduler: not started")
 	// ErrStopped is returned by Start after Stop.
 	ErrStopped = errors.New("scheduler: stopped")
 	// ErrSchedulesDisabled is returned by the NATS engine when the jobs

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -128,6 +129,23 @@ func TestAsynqIngress(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, contracts.StatusCompleted, got.Data.Status)
 
+	// no_wait: the task ends once the job is enqueued; its result is the job.
+	quick, err := json.Marshal(scheduler.SubmitPayload{ID: "fire-and-forget", Tool: worker.ToolNoop, Session: "svc", NoWait: true})
+	require.NoError(t, err)
+	info, err = client.Enqueue(asynq.NewTask(scheduler.TaskSubmit, quick), asynq.Queue(scheduler.DefaultQueue), asynq.Retention(time.Minute))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		ti, err := insp.GetTaskInfo(scheduler.DefaultQueue, info.ID)
+		if err != nil || ti.State != asynq.TaskStateCompleted {
+			return false
+		}
+		var j contracts.Job
+		return json.Unmarshal(ti.Result, &j) == nil && j.ID == "fire-and-forget"
+	}, 15*time.Second, 50*time.Millisecond)
+	got, err = p.Await(testutil.Context(t, 5*time.Second), "svc", "fire-and-forget", nil)
+	require.NoError(t, err)
+	require.Equal(t, contracts.StatusCompleted, got.Data.Status)
+
 	// An invalid job is not retried: the task is archived with the reason.
 	bad, err := json.Marshal(scheduler.SubmitPayload{Tool: "not a tool"})
 	require.NoError(t, err)
@@ -153,4 +171,16 @@ func TestConfigRefused(t *testing.T) {
 	require.NoError(t, e.Stop(context.Background()))
 	<-e.Stopped()
 	require.ErrorIs(t, e.Start(context.Background()), scheduler.ErrStopped)
+
+	// A jobs stream without message schedules is refused by the NATS engine.
+	js := testutil.JetStream(t, srv.Connect(t))
+	_, err = js.CreateStream(testutil.Context(t, 5*time.Second), jetstream.StreamConfig{
+		Name: contracts.Subjects{}.JobsStream(), Subjects: []string{"toolq.jobs.>", "toolq.schedules.>"},
+		Retention: jetstream.WorkQueuePolicy,
+	})
+	require.NoError(t, err)
+	e, err = scheduler.NewNATS(srv.Connect(t), &scheduler.NATSConfig{Logger: quiet()})
+	require.NoError(t, err)
+	require.ErrorIs(t, e.Start(testutil.Context(t, 5*time.Second)), scheduler.ErrSchedulesDisabled)
+	<-e.Stopped()
 }
