@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"os"
 	"sort"
@@ -121,6 +122,14 @@ func (c *Config) validate() error {
 			if len(s.Args) > 0 || len(s.Env) > 0 {
 				return contracts.Errorf(contracts.CodeInvalidInput, "mcp server %s: args and env are for command servers", name)
 			}
+			for h, v := range s.Headers {
+				if !headerName(h) || strings.ContainsAny(v, "\r\n\x00") {
+					return contracts.Errorf(contracts.CodeInvalidInput, "mcp server %s: header %q is not a valid header", name, h)
+				}
+				if protocolHeaders[http.CanonicalHeaderKey(h)] {
+					return contracts.Errorf(contracts.CodeInvalidInput, "mcp server %s: header %s belongs to the protocol", name, h)
+				}
+			}
 		default:
 			if len(s.Headers) > 0 {
 				return contracts.Errorf(contracts.CodeInvalidInput, "mcp server %s: headers are for url servers", name)
@@ -173,4 +182,24 @@ func Namespace(server string) string {
 		s = "_" + s
 	}
 	return s
+}
+
+// protocolHeaders are set by the MCP transport itself.
+var protocolHeaders = map[string]bool{
+	"Mcp-Session-Id": true, "Mcp-Protocol-Version": true, "Last-Event-Id": true,
+	"Content-Type": true, "Content-Length": true, "Accept": true, "Host": true,
+}
+
+// headerName reports whether h is an HTTP header name (an RFC 7230 token).
+func headerName(h string) bool {
+	if h == "" {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
+			return false
+		}
+	}
+	return true
 }
