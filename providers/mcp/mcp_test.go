@@ -382,10 +382,10 @@ func TestNamespace(t *testing.T) {
 
 func TestParseConfig(t *testing.T) {
 	t.Parallel()
-	cfg, err := mcp.ParseConfig([]byte(`{"servers":{"gh":{"url":"https://example.com/mcp","headers":{"Authorization":"Bearer x"}},"fs":{"command":"mcp-fs","args":["--root","/tmp"],"env":{"A":"b"}}}}`))
+	cfg, err := mcp.ParseConfig([]byte(`{"servers":{"gh":{"url":"https://example.com/mcp","headers":{"Authorization":"Bearer x"}},"fs":{"command":"mcp-fs","args":["--root","/srv/docs"],"env":{"A":"b"}}}}`))
 	require.NoError(t, err)
 	require.Equal(t, "https://example.com/mcp", cfg.Servers["gh"].URL)
-	require.Equal(t, []string{"--root", "/tmp"}, cfg.Servers["fs"].Args)
+	require.Equal(t, []string{"--root", "/srv/docs"}, cfg.Servers["fs"].Args)
 
 	cfg, err = mcp.ParseConfig([]byte(`{"mcpServers":{"fs":{"command":"mcp-fs"}}}`))
 	require.NoError(t, err)
