@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/toolq/toolq/contracts"
@@ -23,6 +25,7 @@ type decideFlags struct {
 	always   bool
 	reason   string
 	wait     bool
+	login    bool
 }
 
 func newApproveCmd(g *globals) *cobra.Command {
@@ -68,6 +71,28 @@ func (f *decideFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.seedFile, "seed-file", os.Getenv("TOOLQ_APPROVER_SEED_FILE"),
 		"file with your approver nkey seed (env TOOLQ_APPROVER_SEED_FILE)")
 	cmd.Flags().StringVar(&f.session, "session", "approvals", "session of the decision job")
+	cmd.Flags().BoolVar(&f.login, "nkey-login", false, "log in to NATS as the approver nkey user of --seed-file (see deploy/nats/approvers.conf)")
+}
+
+// producer connects as the approver when asked, else as every command does.
+func (f *decideFlags) producer(g *globals) (*producer.Producer, func(), error) {
+	if !f.login {
+		return g.producer(f.session)
+	}
+	opt, err := nats.NkeyOptionFromSeed(f.seedFile)
+	if err != nil {
+		return nil, nil, contracts.Errorf(contracts.CodeInvalidInput, "--seed-file: %v", err)
+	}
+	nc, err := nats.Connect(g.natsURL, nats.Name("toolq approver"), nats.Timeout(5*time.Second), opt)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to %s: %w", g.natsURL, err)
+	}
+	p, err := producer.New(nc, &producer.Config{Subjects: g.subjects(), Session: f.session, Timeout: g.timeout, Logger: g.log})
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return p, func() { p.Close(); nc.Close() }, nil
 }
 
 // decide signs and submits a decision, then reports what it did: the exec
@@ -81,7 +106,7 @@ func decide(ctx context.Context, g *globals, id string, v shell.Verdict, f *deci
 		return contracts.Errorf(contracts.CodeInvalidInput, "--seed-file: %v", err)
 	}
 	seed := []byte(strings.TrimSpace(string(raw)))
-	p, closeFn, err := g.producer(f.session)
+	p, closeFn, err := f.producer(g)
 	if err != nil {
 		return err
 	}
