@@ -23,8 +23,9 @@ const (
 	TaskTick = "toolq:tick"
 	// TaskAt is enqueued with ProcessAt for a delayed schedule.
 	TaskAt = "toolq:at"
-	// TaskSubmit is the ingress: a service on asynq enqueues it with a
-	// SubmitPayload and it becomes a toolq job.
+	// TaskSubmit is the ingress: a service on asynq enqueues it on the
+	// engine's queue (DefaultQueue unless AsynqConfig.Queue says otherwise)
+	// with a SubmitPayload, and it becomes a toolq job.
 	TaskSubmit = "toolq:submit"
 )
 
