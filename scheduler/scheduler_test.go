@@ -184,3 +184,49 @@ func TestConfigRefused(t *testing.T) {
 	require.ErrorIs(t, e.Start(testutil.Context(t, 5*time.Second)), scheduler.ErrSchedulesDisabled)
 	<-e.Stopped()
 }
+
+// asynq's Scheduler enqueues every periodic tick once per instance: two
+// engines handle about twice as many ticks as there are firings, and the
+// jobs stream still holds one job per firing.
+func TestAsynqDuplicateTicksDeduplicated(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartJetStream(t)
+	nc := srv.Connect(t)
+	r := testutil.StartRedis(t)
+	redisOpt := asynq.RedisClientOpt{Addr: r.Addr()}
+	var engines []*scheduler.Asynq
+	for range 2 {
+		e, err := scheduler.NewAsynq(nc, &scheduler.AsynqConfig{Redis: redisOpt, Logger: quiet()})
+		require.NoError(t, err)
+		require.NoError(t, e.Start(testutil.Context(t, 10*time.Second)))
+		t.Cleanup(func() { _ = e.Stop(context.Background()) })
+		engines = append(engines, e)
+	}
+	s, err := engines[0].Create(testutil.Context(t, 5*time.Second), &scheduler.Schedule{ID: "dup", Every: time.Second, Job: scheduler.Job{Tool: "nobody.listens"}})
+	require.NoError(t, err)
+
+	js := testutil.JetStream(t, nc)
+	insp := asynq.NewInspector(redisOpt)
+	t.Cleanup(func() { _ = insp.Close() })
+	var jobs, ticks int
+	require.Eventually(t, func() bool {
+		st, err := js.Stream(testutil.Context(t, 5*time.Second), contracts.Subjects{}.JobsStream())
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(testutil.Context(t, 5*time.Second), jetstream.WithSubjectFilter(contracts.Subjects{}.Job("nobody.listens")))
+		if err != nil {
+			return false
+		}
+		q, err := insp.GetQueueInfo(scheduler.DefaultQueue)
+		if err != nil {
+			return false
+		}
+		jobs, ticks = int(info.State.Subjects[contracts.Subjects{}.Job("nobody.listens")]), q.Processed
+		return jobs >= 5
+	}, 15*time.Second, 100*time.Millisecond)
+	require.GreaterOrEqual(t, ticks, jobs+jobs/2, "ticks handled %d, jobs %d", ticks, jobs)
+	info, err := engines[1].Get(testutil.Context(t, 5*time.Second), s.ID)
+	require.NoError(t, err)
+	require.False(t, info.LastFire.IsZero())
+}
