@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 
 type bundle struct {
 	srv      *testutil.Server
+	w        *worker.Worker
 	prod     *producer.Producer
 	js       jetstream.JetStream
 	seed     []byte // the trusted approver
@@ -93,7 +94,7 @@ func setup(t *testing.T, mutate func(c *shellexec.Config)) *bundle {
 	prod, err := producer.New(pc, &producer.Config{Session: "s1", Logger: quiet})
 	require.NoError(t, err)
 	t.Cleanup(prod.Close)
-	return &bundle{srv: srv, prod: prod, js: testutil.JetStream(t, pc), seed: seed, approver: pub, work: work}
+	return &bundle{srv: srv, w: w, prod: prod, js: testutil.JetStream(t, pc), seed: seed, approver: pub, work: work}
 }
 
 func (b *bundle) exec(t *testing.T, in map[string]any) *contracts.Job {
@@ -527,4 +528,42 @@ func TestApprovedBackgroundSessionCancelled(t *testing.T) {
 	require.Equal(t, contracts.StatusCancelled, b.await(t, job.Session, bg.SessionID, false).Data.Status)
 	// The killed session writes nothing after its end.
 	require.Equal(t, []contracts.Status{contracts.StatusRunning, contracts.StatusCancelled}, statuses(b.events(t, job.Session, bg.SessionID)))
+}
+
+// TestRedeliveredDecisionDoesNotRunTwice: a decide job redelivered after its
+// worker died while the approved command ran fails the exec job instead of
+// running the command again.
+func TestRedeliveredDecisionDoesNotRunTwice(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	job, p := b.pending(t, map[string]any{"command": "seq 3"})
+	ctx := testutil.Context(t, 10*time.Second)
+	rec := b.record(t, p.ApprovalID)
+	d, err := shell.SignDecision(shell.NewDecision(&rec.Approval, shell.Approve, false, "", time.Now()), b.seed)
+	require.NoError(t, err)
+
+	// What a worker leaves behind when it dies mid-run: the record decided
+	// by decide job dj-1 and the exec job approved.
+	rec.Status, rec.Decision, rec.DecideJob, rec.DecidedAt = shellexec.StatusApproved, &d, "dj-1", time.Now()
+	data, err := json.Marshal(rec)
+	require.NoError(t, err)
+	kv, err := b.js.KeyValue(ctx, "toolq_approvals")
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, p.ApprovalID, data)
+	require.NoError(t, err)
+	require.NoError(t, b.w.Emit(ctx, &contracts.Job{ID: job.ID, Session: job.Session, Tool: job.Tool}, contracts.StatusApproved, 1, nil, nil))
+
+	raw, err := json.Marshal(d)
+	require.NoError(t, err)
+	dj, err := b.prod.Decide(ctx, raw, &producer.SubmitOpts{ID: "dj-1"})
+	require.NoError(t, err)
+	require.True(t, decideResult(t, b.await(t, dj.Session, dj.ID, false)).Applied)
+	ev := b.await(t, job.Session, job.ID, false)
+	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+	require.Contains(t, ev.Data.Error.Message, "not run again")
+
+	// Any other decide job with the same decision does nothing.
+	dj2, err := b.prod.Decide(ctx, raw, nil)
+	require.NoError(t, err)
+	require.False(t, decideResult(t, b.await(t, dj2.Session, dj2.ID, false)).Applied)
 }
