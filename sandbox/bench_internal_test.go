@@ -116,6 +116,35 @@ func BenchmarkSnapshot(b *testing.B) {
 		}
 		b.ReportMetric(p50(d), "p50-ms")
 	})
+	// What Resume does: the snapshot goes into a warm pooled VM.
+	b.Run("decompress+restore-pooled", func(b *testing.B) {
+		d := make([]time.Duration, 0, b.N)
+		b.ResetTimer()
+		for range b.N {
+			t0 := time.Now()
+			s, err := e.codec.Decode(blob, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var st hostState
+			if err := json.Unmarshal(s.Host, &st); err != nil {
+				b.Fatal(err)
+			}
+			vm, err := e.pool.Get(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := e.rt.Load(ctx, vm, s.Memory, engine.Registers{StackPointer: s.StackPointer,
+				RuntimePtr: s.RuntimePtr, ContextPtr: s.ContextPtr}); err != nil {
+				b.Fatal(err)
+			}
+			d = append(d, time.Since(t0))
+			b.StopTimer()
+			e.pool.Put(ctx, vm)
+			b.StartTimer()
+		}
+		b.ReportMetric(p50(d), "p50-ms")
+	})
 }
 
 // BenchmarkWarmVMMemory reports the Go heap held per warm pooled VM (the

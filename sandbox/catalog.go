@@ -18,6 +18,10 @@ type Catalog struct {
 	byID  map[string]int
 }
 
+// sourceOpenClawSeed is seed 001's name for the host's own tools, accepted
+// beside SourceToolq.
+const sourceOpenClawSeed = "openclaw"
+
 // NewCatalog validates tools (non-empty unique ids, a known source) and
 // indexes them.
 func NewCatalog(tools []Tool) (*Catalog, error) {
@@ -30,7 +34,7 @@ func NewCatalog(tools []Tool) (*Catalog, error) {
 			return nil, contracts.Errorf(contracts.CodeInvalidInput, "catalog id %q appears twice", t.ID)
 		}
 		switch t.Source {
-		case SourceOpenClaw, SourceMCP, SourceClient:
+		case SourceToolq, sourceOpenClawSeed, SourceMCP, SourceClient:
 		default:
 			return nil, contracts.Errorf(contracts.CodeInvalidInput, "catalog entry %q has unknown source %q", t.ID, t.Source)
 		}

@@ -217,10 +217,14 @@ func (e *Engine) Resume(ctx context.Context, req *ResumeRequest) (*Outcome, erro
 	if err := ctx.Err(); err != nil {
 		return nil, cancelled(err)
 	}
-	vm, err := e.rt.Restore(ctx, snap.Memory, engine.Registers{
-		StackPointer: snap.StackPointer, RuntimePtr: snap.RuntimePtr, ContextPtr: snap.ContextPtr,
-	})
+	vm, err := e.pool.Get(ctx)
 	if err != nil {
+		return fail(contracts.CodeRuntimeUnavailable, "start a quickjs vm: %v", err)
+	}
+	if err := e.rt.Load(ctx, vm, snap.Memory, engine.Registers{
+		StackPointer: snap.StackPointer, RuntimePtr: snap.RuntimePtr, ContextPtr: snap.ContextPtr,
+	}); err != nil {
+		vm.Close(ctx)
 		return fail(contracts.CodeInternalError, "restore code mode snapshot: %v", err)
 	}
 	st.Telemetry.Resumes++

@@ -236,6 +236,20 @@ func (vm *VM) load(ctx context.Context, memory []byte, regs Registers) error {
 	return nil
 }
 
+// Load loads memory and registers into a healthy VM (one from the pool),
+// which then holds exactly what a fresh instance restored from them would:
+// the VM's memory is never larger than the image, and all of it is
+// overwritten.
+func (rt *Runtime) Load(ctx context.Context, vm *VM, memory []byte, regs Registers) error {
+	if vm.dead {
+		return ErrDead
+	}
+	if len(memory)%PageSize != 0 || len(memory) < len(rt.image) || vm.MemorySize() > uint32(len(memory)) {
+		return fmt.Errorf("load: memory of %d bytes does not fit a VM of %d bytes", len(memory), vm.MemorySize())
+	}
+	return vm.load(ctx, memory, regs)
+}
+
 // Reset loads the clean image into vm again, so that it can serve another
 // run. It fails (and the caller must Close the VM) when the VM trapped or its
 // memory grew past the image.
