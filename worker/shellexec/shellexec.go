@@ -116,7 +116,9 @@ func (s *ShellExec) Start(ctx context.Context) error {
 		Description:    "exec commands waiting for a person's decision",
 		Storage:        s.cfg.Storage,
 		Replicas:       s.cfg.Replicas,
-		LimitMarkerTTL: time.Minute,
+		// Expiry markers outlive a fleet restart, so a worker that comes
+		// back still denies what expired meanwhile.
+		LimitMarkerTTL: s.cfg.DecidedTTL,
 	})
 	if err != nil {
 		return err

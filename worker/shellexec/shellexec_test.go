@@ -285,7 +285,7 @@ func TestDenyByApprover(t *testing.T) {
 
 func TestApprovalTimesOut(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *shellexec.Config) { c.ApprovalTTL = time.Second })
+	b := setup(t, func(c *shellexec.Config) { c.ApprovalTTL = 3 * time.Second })
 	job, p := b.pending(t, map[string]any{"command": "seq 3"})
 	ev := b.await(t, job.Session, job.ID, false)
 	require.Equal(t, contracts.StatusDenied, ev.Data.Status)
@@ -297,6 +297,20 @@ func TestApprovalTimesOut(t *testing.T) {
 	// The record is gone: a late decision is refused.
 	_, err := b.prod.Approval(testutil.Context(t, 5*time.Second), p.ApprovalID)
 	require.ErrorIs(t, err, producer.ErrNoApproval)
+	raw, err := json.Marshal(shell.ApprovalDecision{ApprovalID: p.ApprovalID})
+	require.NoError(t, err)
+	dj, err := b.prod.Decide(testutil.Context(t, 5*time.Second), raw, nil)
+	require.NoError(t, err)
+	require.Equal(t, contracts.StatusFailed, b.await(t, dj.Session, dj.ID, false).Data.Status)
+
+	// A decided approval does not expire under its command: this one runs
+	// past the approval's TTL.
+	job, p = b.pending(t, map[string]any{"command": "sleep 4"})
+	require.True(t, decideResult(t, b.decide(t, p.ApprovalID, shell.Approve, b.seed, nil)).Applied)
+	runResult(t, b.await(t, job.Session, job.ID, false))
+	require.Equal(t, []contracts.Status{contracts.StatusApprovalPending, contracts.StatusApproved, contracts.StatusCompleted},
+		statuses(b.events(t, job.Session, job.ID)))
+	require.Equal(t, shellexec.StatusApproved, b.record(t, p.ApprovalID).Status)
 }
 
 func TestRefusedDecisionsLeaveTheApprovalAlone(t *testing.T) {
