@@ -581,3 +581,39 @@ func TestRedeliveredDecisionDoesNotRunTwice(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, decideResult(t, b.await(t, dj2.Session, dj2.ID, false)).Applied)
 }
+
+func TestBackgroundStreamIsCapped(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *shellexec.Config) {
+		c.MaxStreamBytes, c.FlushInterval = 10, 10*time.Millisecond
+		c.Policy.Allowlist = append(c.Policy.Allowlist, "/usr/bin/seq")
+	})
+	job := b.exec(t, map[string]any{"command": "seq 1000", "background": true})
+	require.Equal(t, contracts.StatusCompleted, b.await(t, job.Session, job.ID, true).Data.Status)
+	sid := shellexec.SessionID(job.ID)
+	res := runResult(t, b.await(t, job.Session, sid, false))
+	require.True(t, strings.HasPrefix(res.Stdout, "1\n2\n3\n"))
+	require.True(t, strings.HasSuffix(res.Stdout, "999\n1000\n"))
+	var streamed strings.Builder
+	truncated := false
+	for _, e := range b.events(t, job.Session, sid) {
+		if e.Data.Status != contracts.StatusProgress {
+			continue
+		}
+		var c shellexec.OutputChunk
+		require.NoError(t, json.Unmarshal(e.Data.Result, &c))
+		streamed.WriteString(c.Stdout)
+		truncated = truncated || c.Truncated
+	}
+	require.Equal(t, "1\n2\n3\n4\n5\n", streamed.String())
+	require.True(t, truncated)
+}
+
+func TestSessionIDFitsAnyJobID(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "j1-bg", shellexec.SessionID("j1"))
+	long := strings.Repeat("a", contracts.MaxIDLength)
+	sid := shellexec.SessionID(long)
+	require.True(t, contracts.ValidID(sid), sid)
+	require.NotEqual(t, sid, shellexec.SessionID(strings.Repeat("b", contracts.MaxIDLength)))
+}
