@@ -21,8 +21,8 @@
 //   - NATS (NewNATS): JetStream message schedules (nats-server ≥ 2.14). Each
 //     schedule is a message with a Nats-Schedule header in the jobs stream;
 //     the server fires it onto <prefix>.schedules.fire.<id>, and a relay
-//     consumer turns each firing into a job. No Redis needed; the default of
-//     `toolq dev`.
+//     consumer turns each firing into a job. No Redis needed, so it is the
+//     engine for `toolq dev` and embedded servers.
 //   - asynq (NewAsynq): asynq's Scheduler for periodic schedules and
 //     ProcessAt tasks for delayed ones, on Redis. Its server also takes
 //     TaskSubmit tasks from services already on asynq (the ingress).
