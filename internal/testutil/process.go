@@ -72,6 +72,7 @@ type ServerProcess struct {
 	cmd      *exec.Cmd
 	done     chan struct{}
 	log      *bytes.Buffer
+	extra    []string
 }
 
 // URL is the client URL of the process.
@@ -82,10 +83,23 @@ func (p *ServerProcess) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d",
 // command-line arguments (cluster routes, a config file).
 func StartServerProcess(tb testing.TB, storeDir string, extra ...string) *ServerProcess {
 	tb.Helper()
+	return StartServerProcessOn(tb, FreePort(tb), storeDir, extra...)
+}
+
+// Restart kills the process and starts a new one on the same port and
+// store, as after a crash; clients reconnect to it.
+func (p *ServerProcess) Restart(tb testing.TB) *ServerProcess {
+	tb.Helper()
+	p.Kill()
+	return StartServerProcessOn(tb, p.Port, p.StoreDir, p.extra...)
+}
+
+// StartServerProcessOn is StartServerProcess on a given port.
+func StartServerProcessOn(tb testing.TB, port int, storeDir string, extra ...string) *ServerProcess {
+	tb.Helper()
 	bin := NATSServerBinary(tb)
-	port := FreePort(tb)
 	args := append([]string{"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", storeDir}, extra...)
-	p := &ServerProcess{Port: port, StoreDir: storeDir, done: make(chan struct{}), log: &bytes.Buffer{}}
+	p := &ServerProcess{Port: port, StoreDir: storeDir, done: make(chan struct{}), log: &bytes.Buffer{}, extra: extra}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

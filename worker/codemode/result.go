@@ -48,6 +48,25 @@ func (c *CodeMode) handleResult(ctx context.Context, job *contracts.Job) (json.R
 			return nil, worker.Permanent(contracts.Errorf(contracts.CodeInvalidInput, "result for call %s comes from job %s, not %s", tr.CallID, tr.JobID, p.JobID))
 		}
 		if rec.hasResult(tr.CallID) {
+			// Already recorded: this is a redelivery, maybe of the trigger
+			// whose worker died mid-resume. An autoResume run must still be
+			// resumed by someone.
+			if rec.AutoResume {
+				now := time.Now()
+				if rec.resumable(now) {
+					_, err := c.resume(ctx, rec, rev, "")
+					if errors.Is(err, errStale) {
+						continue
+					}
+					if err != nil && !errors.Is(err, errBusy) {
+						return nil, err
+					}
+					return json.RawMessage(`{"recorded":true,"resumed":true}`), nil
+				}
+				if !rec.idle(now) && rec.Lease != nil {
+					return nil, worker.RetryAfter(time.Until(rec.Lease.Until)+100*time.Millisecond, errors.New("run is being resumed elsewhere"))
+				}
+			}
 			return json.RawMessage(`{"recorded":false,"reason":"duplicate"}`), nil
 		}
 		rec.Results = append(rec.Results, settlementOf(&tr, rec.Catalog[p.ToolID]))
