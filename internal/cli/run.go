@@ -22,6 +22,7 @@ import (
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/providers/mcp"
 	"github.com/toolq/toolq/sandbox"
+	"github.com/toolq/toolq/scheduler"
 	"github.com/toolq/toolq/worker"
 	"github.com/toolq/toolq/worker/codemode"
 	"github.com/toolq/toolq/worker/shellexec"
@@ -254,6 +255,22 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 			if err := n.start(ctx); err != nil {
 				return err
 			}
+			// The NATS-native scheduler: delayed and periodic jobs with no
+			// other service.
+			sched, err := scheduler.NewNATS(nc, &scheduler.NATSConfig{Subjects: g.subjects(), Logger: g.log})
+			if err != nil {
+				_ = n.stop(context.Background())
+				return err
+			}
+			if err := sched.Start(ctx); err != nil {
+				_ = n.stop(context.Background())
+				return fmt.Errorf("scheduler: %w", err)
+			}
+			defer func() {
+				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = sched.Stop(sctx)
+			}()
 			w := n.w
 			abs, _ := filepath.Abs(dataDir)
 			fmt.Fprintf(g.stderr, "toolq dev: NATS with JetStream at %s (data in %s)\n", srv.URL(), abs)
