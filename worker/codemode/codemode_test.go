@@ -3,6 +3,7 @@ package codemode_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -548,4 +549,51 @@ func TestOutputSchemaEnforcedAndTraceCarried(t *testing.T) {
 		require.Equal(t, job.ID, ev.Data.Parent.RunID)
 		require.Equal(t, "shipments", ev.Data.Tool)
 	}
+}
+
+func TestLargeSnapshotGoesToObjectStore(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, "A", &codemode.Config{InlineSnapshotBytes: 1024}, nil)
+	job := b.exec(t, `
+		const big = [];
+		for (let i = 0; i < 20000; i++) big.push({i, s: "item-" + i * 7919});
+		const r = await tools.callValue("toolq:core:noop", {n: 3});
+		return big.length + r.n + big[12345].s.length;`, map[string]any{"autoResume": true}, nil)
+	first := b.await(t, job, true)
+	require.Equal(t, contracts.StatusWaiting, first.Data.Status)
+	var w struct {
+		Telemetry struct {
+			SnapshotBytes int `json:"snapshotBytes"`
+		} `json:"telemetry"`
+	}
+	require.NoError(t, json.Unmarshal(first.Data.Result, &w))
+	require.Greater(t, w.Telemetry.SnapshotBytes, 1024)
+	final := b.await(t, job, false)
+	require.Equal(t, contracts.StatusCompleted, final.Data.Status, string(final.Data.Result))
+	require.JSONEq(t, fmt.Sprint(20000+3+len("item-97764255")), string(result(t, final.Data.Result).Value))
+	// The object is gone with the run.
+	js := testutil.JetStream(t, b.srv.Connect(t))
+	ctx := testutil.Context(t, 10*time.Second)
+	obj, err := js.ObjectStore(ctx, "toolq_snapshots")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := obj.GetInfo(ctx, job.Session+"."+job.ID)
+		return err != nil
+	}, 10*time.Second, 50*time.Millisecond)
+}
+
+func TestSnapshotLimitFailsTheRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, "A", nil, nil)
+	job := b.exec(t, `
+		const big = [];
+		for (let i = 0; i < 50000; i++) big.push("x" + i);
+		return (await tools.callValue("toolq:core:noop", {n: 1})).n + big.length;`,
+		map[string]any{"limits": map[string]any{"maxSnapshotBytes": 4096}}, nil)
+	ev := b.await(t, job, false)
+	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+	require.Equal(t, contracts.CodeSnapshotLimitExceeded, ev.Data.Error.Code)
+	requireNoRun(t, b.srv.Connect(t), job.Session, job.ID)
 }
