@@ -112,10 +112,10 @@ func (s *ShellExec) Start(ctx context.Context) error {
 		return err
 	}
 	approvals, err := bus.EnsureKV(ctx, s.js, jetstream.KeyValueConfig{
-		Bucket:         sub.Bucket("approvals"),
-		Description:    "exec commands waiting for a person's decision",
-		Storage:        s.cfg.Storage,
-		Replicas:       s.cfg.Replicas,
+		Bucket:      sub.Bucket("approvals"),
+		Description: "exec commands waiting for a person's decision",
+		Storage:     s.cfg.Storage,
+		Replicas:    s.cfg.Replicas,
 		// Expiry markers outlive a fleet restart, so a worker that comes
 		// back still denies what expired meanwhile.
 		LimitMarkerTTL: s.cfg.DecidedTTL,

@@ -426,8 +426,10 @@ func TestRunningNoticeForSlowApprovedCommand(t *testing.T) {
 	require.Equal(t, "sleep 1", n.Command)
 	require.GreaterOrEqual(t, n.ElapsedMs, int64(ms))
 
-	// A fast one gets none.
-	job, p = b.pending(t, map[string]any{"command": "seq 1"})
+	// 0 disables the notice.
+	off := 0
+	b = setup(t, func(c *shellexec.Config) { c.ApprovalRunningNoticeMs = &off })
+	job, p = b.pending(t, map[string]any{"command": "sleep 1"})
 	require.True(t, decideResult(t, b.decide(t, p.ApprovalID, shell.Approve, b.seed, nil)).Applied)
 	runResult(t, b.await(t, job.Session, job.ID, false))
 	require.NotContains(t, statuses(b.events(t, job.Session, job.ID)), contracts.StatusRunningNotice)
@@ -483,9 +485,23 @@ func TestTimeoutKillsChildrenEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
-	}, 5*time.Second, 20*time.Millisecond, "the command's child must be killed")
+	require.Eventually(t, func() bool { return !alive(pid) }, 5*time.Second, 20*time.Millisecond,
+		"the command's child must be killed")
+}
+
+// alive reads the process table (an external system): a zombie waiting for
+// its reaper counts as dead.
+func alive(pid int) bool {
+	if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	st := string(b)
+	i := strings.LastIndexByte(st, ')')
+	return i < 0 || i+2 >= len(st) || st[i+2] != 'Z' && st[i+2] != 'X'
 }
 
 func TestSandboxFailsClosedWithoutBwrap(t *testing.T) {
