@@ -4,14 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolq/toolq/contracts"
@@ -225,4 +230,60 @@ func TestExecWaitAndRuns(t *testing.T) {
 	require.Contains(t, out, "unavailable or expired")
 	rc, _, errOut = run(t, "--nats", url, "cancel", "--session", "cm", w.RunID)
 	require.Equal(t, 0, rc, errOut)
+}
+
+func TestProviderBreakerOpensAndIsPublished(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int32
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
+		http.Error(w, `{"error":"overloaded"}`, http.StatusServiceUnavailable)
+	}))
+	defer api.Close()
+	cfgFile := filepath.Join(t.TempDir(), "providers.json")
+	require.NoError(t, os.WriteFile(cfgFile, []byte(fmt.Sprintf(`{
+		"providers": {"xai": {"apiKey": "test-key", "baseUrl": %q}},
+		"retry": {"maxAttempts": 1},
+		"breaker": {"failures": 2, "openTimeout": 60000000000}
+	}`, api.URL)), 0o600))
+
+	srv := testutil.StartJetStream(t)
+	nc := srv.Connect(t)
+	events := make(chan *nats.Msg, 8)
+	sub, err := nc.ChanSubscribe("toolq.system.breakers.>", events)
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	g := &globals{prefix: contracts.DefaultPrefix, log: slog.New(slog.NewTextHandler(io.Discard, nil)), stdout: io.Discard, stderr: io.Discard}
+	n, err := newNode(testutil.Context(t, 30*time.Second), g, srv.Connect(t), &workerFlags{concurrency: 1, replicas: 1, stopTimeout: time.Second, noCodeMode: true, providersConfig: cfgFile})
+	require.NoError(t, err)
+	require.NoError(t, n.start(testutil.Context(t, 10*time.Second)))
+	defer func() { require.NoError(t, n.stop(testutil.Context(t, 10*time.Second))) }()
+
+	for i := range 2 {
+		code, out, _ := run(t, "--nats", srv.ClientURL(), "submit", "--tool", "code_execution", "--input", `{"task":"t"}`, "--max-attempts", "1", "--wait")
+		require.Equal(t, 1, code, "job %d", i)
+		var ev contracts.Event
+		require.NoError(t, json.Unmarshal([]byte(out), &ev))
+		require.Equal(t, contracts.CodeProviderUnavailable, ev.Data.Error.Code)
+	}
+	select {
+	case m := <-events:
+		var ce struct {
+			Type string `json:"type"`
+			Data struct {
+				Provider, To string
+			} `json:"data"`
+		}
+		require.NoError(t, json.Unmarshal(m.Data, &ce))
+		require.Equal(t, "toolq.provider.breaker_changed", ce.Type)
+		require.Equal(t, "xai", ce.Data.Provider)
+		require.Equal(t, "open", ce.Data.To)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no breaker event")
+	}
+	require.Equal(t, int32(2), hits.Load())
+	// While the breaker is open the worker stops pulling code_execution jobs.
+	code, _, _ := run(t, "--nats", srv.ClientURL(), "--timeout", "1s", "submit", "--tool", "code_execution", "--input", `{"task":"t"}`, "--wait")
+	require.Equal(t, 1, code)
+	require.Equal(t, int32(2), hits.Load(), "no request while the breaker is open")
 }

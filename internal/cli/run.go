@@ -39,6 +39,7 @@ type workerFlags struct {
 	exec            execFlags
 	ackWait         time.Duration
 	leaseTTL        time.Duration
+	providersConfig string
 }
 
 func (f *workerFlags) register(cmd *cobra.Command) {
@@ -46,6 +47,7 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&f.concurrency, "concurrency", 16, "jobs of each tool run at once")
 	cmd.Flags().IntVar(&f.replicas, "replicas", 1, "stream replicas (3 in a cluster)")
 	cmd.Flags().DurationVar(&f.stopTimeout, "stop-timeout", 30*time.Second, "how long a stop lets running jobs finish")
+	cmd.Flags().StringVar(&f.providersConfig, "providers-config", "", "JSON file configuring code_execution's providers (keys, base URLs, models, retries, breakers)")
 	cmd.Flags().DurationVar(&f.ackWait, "ack-wait", 30*time.Second, "how long a job may go without a heartbeat before another worker takes it")
 	cmd.Flags().DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "how long a code-mode resume may hold a run before another worker takes it over")
 	cmd.Flags().StringVar(&f.snapshotKeyFile, "snapshot-key-file", "", "key that signs code-mode snapshots, shared by every worker (or env TOOLQ_SNAPSHOT_KEY, hex)")
@@ -80,7 +82,7 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 	if err != nil {
 		return nil, err
 	}
-	if err := registerTools(g, w, nc.Publish); err != nil {
+	if err := registerTools(g, w, nc.Publish, f.providersConfig); err != nil {
 		return nil, err
 	}
 	n := &node{w: w}

@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/toolq/toolq/contracts"
@@ -14,18 +16,29 @@ import (
 )
 
 // registerTools adds the tools of this binary beyond the worker's built-ins.
-func registerTools(g *globals, w *worker.Worker, publish func(subject string, data []byte) error) error {
-	ce, err := providers.NewCodeExecution(&providers.Config{
-		Logger: g.log,
-		OnBreakerChange: func(c providers.BreakerChange) {
-			g.log.Warn("provider breaker", slog.String("provider", c.Provider), slog.String("model", c.Model),
-				slog.String("from", string(c.From)), slog.String("to", string(c.To)))
-			// Runs under the breaker's lock: publish without waiting.
-			if data, err := json.Marshal(breakerEvent(c)); err == nil {
-				_ = publish(g.subjects().Prefix+".system.breakers."+c.Provider, data)
-			}
-		},
-	})
+func registerTools(g *globals, w *worker.Worker, publish func(subject string, data []byte) error, providersFile string) error {
+	cfg := &providers.Config{}
+	if providersFile != "" {
+		data, err := os.ReadFile(providersFile)
+		if err != nil {
+			return contracts.Errorf(contracts.CodeInvalidInput, "--providers-config: %v", err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(cfg); err != nil {
+			return contracts.Errorf(contracts.CodeInvalidInput, "--providers-config %s: %v", providersFile, err)
+		}
+	}
+	cfg.Logger = g.log
+	cfg.OnBreakerChange = func(c providers.BreakerChange) {
+		g.log.Warn("provider breaker", slog.String("provider", c.Provider), slog.String("model", c.Model),
+			slog.String("from", string(c.From)), slog.String("to", string(c.To)))
+		// Runs under the breaker's lock: publish without waiting.
+		if data, err := json.Marshal(breakerEvent(c)); err == nil {
+			_ = publish(g.subjects().Prefix+".system.breakers."+c.Provider, data)
+		}
+	}
+	ce, err := providers.NewCodeExecution(cfg)
 	if err != nil {
 		return fmt.Errorf("code_execution: %w", err)
 	}
