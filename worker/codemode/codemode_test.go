@@ -597,3 +597,33 @@ func TestSnapshotLimitFailsTheRun(t *testing.T) {
 	require.Equal(t, contracts.CodeSnapshotLimitExceeded, ev.Data.Error.Code)
 	requireNoRun(t, b.srv.Connect(t), job.Session, job.ID)
 }
+
+func TestDirectOnlyAndJobToolListNarrowTheCatalog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, "A", nil, func(w *worker.Worker) {
+		require.NoError(t, w.Register("screenshot", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
+			return json.RawMessage(`"png"`), nil
+		}), &worker.ToolConfig{Catalog: &contracts.CatalogTool{Description: "Take a screenshot.", DirectOnly: true}}))
+	})
+	code := `
+		const ids = ALL_TOOLS.map(t => t.id).sort();
+		let err = "";
+		try { await tools.callValue("toolq:core:screenshot", {}); } catch (e) { err = e.message; }
+		return {ids, err};`
+	var v struct {
+		IDs []string `json:"ids"`
+		Err string   `json:"err"`
+	}
+	ev := b.await(t, b.exec(t, code, nil, nil), false)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, string(ev.Data.Result))
+	require.NoError(t, json.Unmarshal(result(t, ev.Data.Result).Value, &v))
+	require.NotContains(t, v.IDs, "toolq:core:screenshot")
+	require.Contains(t, v.IDs, "toolq:core:sleep")
+	require.NotEmpty(t, v.Err)
+
+	// A job's own tools list narrows what the run sees.
+	ev = b.await(t, b.exec(t, code, map[string]any{"tools": []string{"toolq:core:noop"}}, nil), false)
+	require.NoError(t, json.Unmarshal(result(t, ev.Data.Result).Value, &v))
+	require.Equal(t, []string{"toolq:core:noop"}, v.IDs)
+}
