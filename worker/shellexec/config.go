@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/providers/shell"
 )
 
@@ -20,7 +21,7 @@ const (
 	// ToolDecide carries a person's signed decision on an approval. Only
 	// approvers may publish to its subject (see deploy/nats/approvers.conf);
 	// the worker verifies every decision's signature anyway.
-	ToolDecide = "exec.decide"
+	ToolDecide = producer.ToolExecDecide
 )
 
 // Defaults.

@@ -111,12 +111,7 @@ func (s *ShellExec) startCancelWatch() error {
 					continue
 				}
 				jobID, session := e.Key(), string(e.Value())
-				s.mu.Lock()
-				stop := s.running[jobID]
-				s.mu.Unlock()
-				if stop != nil {
-					stop(errJobCancelled)
-				}
+				s.stopRun(jobID, errJobCancelled)
 				if contracts.ValidID(jobID) && contracts.ValidID(session) {
 					s.cancelApproval(lctx, session, jobID)
 				}

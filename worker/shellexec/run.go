@@ -29,7 +29,11 @@ func (s *ShellExec) runApproved(ctx context.Context, rec *Record, ref *contracts
 		res := s.startBackground(ref, plan)
 		ectx, cancel := detached(ctx)
 		defer cancel()
-		if err := s.emit(ectx, ref, contracts.StatusCompleted, 1, res, nil); err != nil && !isEnded(err) {
+		err := s.emit(ectx, ref, contracts.StatusCompleted, 1, res, nil)
+		switch {
+		case isEnded(err):
+			s.stopRun(res.SessionID, errExecEnded) // the exec job was cancelled meanwhile
+		case err != nil:
 			s.log.Warn("background session started; exec job not told", slog.String("job", ref.ID), slog.Any("err", err))
 		}
 		return
@@ -131,6 +135,9 @@ func (s *ShellExec) runBackground(ctx context.Context, sref *contracts.Job, plan
 		werr = s.emit(ectx, sref, contracts.StatusCompleted, 1, res, nil)
 	case errors.Is(context.Cause(ctx), errJobCancelled):
 		return
+	case errors.Is(context.Cause(ctx), errExecEnded):
+		werr = s.emit(ectx, sref, contracts.StatusCancelled, 1, nil,
+			contracts.Errorf(contracts.CodeCancelled, "the exec job that started this session was cancelled"))
 	case ctx.Err() != nil:
 		werr = s.emit(ectx, sref, contracts.StatusFailed, 1, nil,
 			contracts.Errorf(contracts.CodeCancelled, "the worker stopped; the background command was killed"))

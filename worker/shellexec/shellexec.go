@@ -42,8 +42,14 @@ type ShellExec struct {
 	stopOne sync.Once
 }
 
-// errJobCancelled is the cause of a run's context when its job is cancelled.
-var errJobCancelled = errors.New("shellexec: job cancelled")
+// Causes of a run's context ending early.
+var (
+	// errJobCancelled: the run's job was cancelled (the cancel wrote its end).
+	errJobCancelled = errors.New("shellexec: job cancelled")
+	// errExecEnded: the exec job that started a background session ended
+	// (cancelled) before it could tell of the session.
+	errExecEnded = errors.New("shellexec: exec job ended")
+)
 
 // Register adds exec and exec.decide to w. Call Start before the worker's
 // Start and Stop after the worker's Stop.
@@ -194,6 +200,16 @@ func (s *ShellExec) track(ctx context.Context, jobID string, cancel context.Canc
 		s.mu.Lock()
 		delete(s.running, jobID)
 		s.mu.Unlock()
+	}
+}
+
+// stopRun cancels the tracked run of jobID with cause, if there is one.
+func (s *ShellExec) stopRun(jobID string, cause error) {
+	s.mu.Lock()
+	stop := s.running[jobID]
+	s.mu.Unlock()
+	if stop != nil {
+		stop(cause)
 	}
 }
 

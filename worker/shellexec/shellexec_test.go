@@ -36,6 +36,7 @@ func TestMain(m *testing.M) {
 type bundle struct {
 	srv      *testutil.Server
 	w        *worker.Worker
+	se       *shellexec.ShellExec
 	prod     *producer.Producer
 	js       jetstream.JetStream
 	seed     []byte // the trusted approver
@@ -94,7 +95,7 @@ func setup(t *testing.T, mutate func(c *shellexec.Config)) *bundle {
 	prod, err := producer.New(pc, &producer.Config{Session: "s1", Logger: quiet})
 	require.NoError(t, err)
 	t.Cleanup(prod.Close)
-	return &bundle{srv: srv, w: w, prod: prod, js: testutil.JetStream(t, pc), seed: seed, approver: pub, work: work}
+	return &bundle{srv: srv, w: w, se: se, prod: prod, js: testutil.JetStream(t, pc), seed: seed, approver: pub, work: work}
 }
 
 func (b *bundle) exec(t *testing.T, in map[string]any) *contracts.Job {
@@ -632,4 +633,22 @@ func TestSessionIDFitsAnyJobID(t *testing.T) {
 	sid := shellexec.SessionID(long)
 	require.True(t, contracts.ValidID(sid), sid)
 	require.NotEqual(t, sid, shellexec.SessionID(strings.Repeat("b", contracts.MaxIDLength)))
+}
+
+func TestStopKillsBackgroundSessions(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	job, p := b.pending(t, map[string]any{"command": "sleep 60", "background": true})
+	require.True(t, decideResult(t, b.decide(t, p.ApprovalID, shell.Approve, b.seed, nil)).Applied)
+	require.Equal(t, contracts.StatusCompleted, b.await(t, job.Session, job.ID, false).Data.Status)
+	sid := shellexec.SessionID(job.ID)
+	require.Eventually(t, func() bool { return len(b.events(t, job.Session, sid)) > 0 }, 10*time.Second, 20*time.Millisecond)
+
+	ctx := testutil.Context(t, 20*time.Second)
+	require.NoError(t, b.w.Stop(ctx))
+	require.NoError(t, b.se.Stop(ctx))
+	ev := b.await(t, job.Session, sid, false)
+	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+	require.Equal(t, contracts.CodeCancelled, ev.Data.Error.Code)
+	require.NoError(t, b.se.Stop(ctx), "a second Stop is harmless")
 }
