@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,7 +30,8 @@ type ExecRequest struct {
 	Bridge Bridge
 	// Limits of the run; zero fields take the engine's defaults.
 	Limits Limits
-	// RunID names the run in a waiting result and in ToolCalls.
+	// RunID names the run in a waiting result and in ToolCalls; empty: a
+	// random one.
 	RunID string
 }
 
@@ -109,7 +111,13 @@ func (e *Engine) Exec(ctx context.Context, req *ExecRequest) (*Outcome, error) {
 	}
 	began := time.Now()
 	limits := req.Limits.withDefaults(e.limits)
-	st := hostState{RunID: req.RunID, Tools: req.Catalog, Limits: limits}
+	runID := req.RunID
+	if runID == "" {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		runID = "run_" + hex.EncodeToString(b[:])
+	}
+	st := hostState{RunID: runID, Tools: req.Catalog, Limits: limits}
 	fail := func(err error) (*Outcome, error) {
 		ce := contracts.AsError(err)
 		return &Outcome{Result: Result{Status: StatusFailed, Error: ce.Message, Code: ce.Code,
@@ -474,6 +482,8 @@ func (r *run) search(ctx context.Context, payload string) (engine.Value, error) 
 		limit = r.st.Limits.MaxSearchLimit
 	}
 	r.st.Telemetry.BridgeCalls.Search++
+	ctx, cancel := context.WithDeadline(ctx, r.deadline)
+	defer cancel()
 	hits, err := r.bridge.Search(ctx, r.cat, q.Query, limit)
 	if err != nil {
 		return 0, fmt.Errorf("tools.search: %s", err)
@@ -505,6 +515,8 @@ func (r *run) describe(ctx context.Context, payload string) (engine.Value, error
 		return 0, fmt.Errorf("tools.describe: unknown tool %q", q.ID)
 	}
 	r.st.Telemetry.BridgeCalls.Describe++
+	ctx, cancel := context.WithDeadline(ctx, r.deadline)
+	defer cancel()
 	d, err := r.bridge.Describe(ctx, t)
 	if err != nil {
 		return 0, fmt.Errorf("tools.describe: %s", err)
@@ -557,7 +569,9 @@ func (r *run) call(ctx context.Context, payload string) (engine.Value, error) {
 	callID := fmt.Sprintf("call_%d", r.st.NextCall)
 	r.st.Telemetry.BridgeCalls.Call++
 	r.st.Telemetry.NestedCalls++
-	out, err := r.bridge.Call(ctx, ToolCall{RunID: r.st.RunID, CallID: callID, Tool: t, Input: input})
+	bctx, cancel := context.WithDeadline(ctx, r.deadline)
+	out, err := r.bridge.Call(bctx, ToolCall{RunID: r.st.RunID, CallID: callID, Tool: t, Input: input})
+	cancel()
 	if err != nil {
 		return r.vm.NewString(ctx, envelope(nil, err.Error()))
 	}

@@ -354,3 +354,16 @@ func embeddedWasm(t *testing.T) []byte {
 	require.NoError(t, err)
 	return append([]byte(nil), b...)
 }
+
+func TestRunIDGenerated(t *testing.T) {
+	t.Parallel()
+	out, err := testEngine.Exec(context.Background(), &sandbox.ExecRequest{
+		Input: sandbox.Input{Code: `return await tools.slow_add({})`}, Catalog: testCatalog(), Bridge: newBridge(),
+	})
+	require.NoError(t, err)
+	require.Equal(t, sandbox.StatusWaiting, out.Result.Status)
+	require.Regexp(t, `^run_[0-9a-f]{24}$`, out.Result.RunID)
+	b := setup(t)
+	res := b.resume(t, out.Snapshot)
+	require.Equal(t, out.Result.RunID, res.Result.RunID)
+}

@@ -160,7 +160,9 @@ type Settlement struct {
 }
 
 // Bridge is the host side of the guest runtime. Calls are made on the
-// goroutine running Exec or Resume, while the VM waits.
+// goroutine running Exec or Resume, while the VM waits, with a ctx that ends
+// at the run's deadline: a Bridge must return promptly (a slow tool is a
+// pending call) and must not keep the ctx.
 type Bridge interface {
 	// Search ranks the run's catalog for tools.search. limit is already
 	// defaulted and capped.
