@@ -44,7 +44,8 @@
 // # Background sessions
 //
 // With background set the job completes at once with a BackgroundResult
-// naming a session id; the command's own events are those of a job with
+// naming a session id, and so does an allowed foreground command still
+// running after the job's yieldMs (10 s by default; 0 never yields); the command's own events are those of a job with
 // that id in the same session: running, progress events with its output
 // (OutputChunk), and a terminal completed (a shell.Result) or failed event.
 // Cancelling the session id kills the command. Sessions live in the worker

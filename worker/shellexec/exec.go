@@ -45,6 +45,9 @@ func (s *ShellExec) handleExec(ctx context.Context, job *contracts.Job) (json.Ra
 	if in.Background {
 		return mustJSON(s.startBackground(ref, plan)), nil
 	}
+	if in.YieldMs != nil && *in.YieldMs > 0 {
+		return s.runYielding(ctx, ref, plan, time.Duration(*in.YieldMs)*time.Millisecond)
+	}
 	res, err := s.runner.Run(ctx, plan)
 	return finished(ctx, res, err)
 }

@@ -61,13 +61,17 @@ type NoticeResult struct {
 }
 
 // BackgroundResult is the completed result of an exec job with background
-// set: the command runs on as a session whose events (running, progress
+// set, or one whose command ran past its yieldMs: the command runs on as a
+// session whose events (running, progress
 // with its output, then completed with a shell.Result or failed) are those
 // of job SessionID in the same session.
 type BackgroundResult struct {
 	Status    string `json:"status"` // "running"
 	SessionID string `json:"sessionId"`
 	Command   string `json:"command"`
+	// Yielded: a foreground command still running after the job's yieldMs
+	// moved to the background.
+	Yielded bool `json:"yielded,omitempty"`
 }
 
 // OutputChunk is the result of a background session's progress event.

@@ -2,6 +2,7 @@ package shellexec
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"sync"
@@ -93,48 +94,110 @@ func (s *ShellExec) runApproved(ctx context.Context, rec *Record, ref *contracts
 	}
 }
 
+// sessionRef is the job of the background session of exec job ref.
+func sessionRef(ref *contracts.Job) *contracts.Job {
+	return &contracts.Job{ID: SessionID(ref.ID), Session: ref.Session, Tool: ToolExec, Meta: ref.Meta}
+}
+
 // startBackground starts plan as a background session of the exec job ref
 // and returns at once. The session's events are those of job SessionID:
 // running, progress with the output, then completed or failed. It runs until
 // it exits, times out, is cancelled (a cancel of the session id) or the
 // worker's exec tool stops.
 func (s *ShellExec) startBackground(ref *contracts.Job, plan *shell.Plan) BackgroundResult {
-	sid := SessionID(ref.ID)
-	sref := &contracts.Job{ID: sid, Session: ref.Session, Tool: ToolExec, Meta: ref.Meta}
+	sref := sessionRef(ref)
 	ctx, cancel := context.WithCancelCause(s.lctx)
 	tctx, tcancel := context.WithTimeout(ctx, emitTimeout)
-	untrack := s.track(tctx, sid, cancel)
+	untrack := s.track(tctx, sref.ID, cancel)
 	tcancel()
+	st := newStreamer(s, sref, s.cfg.MaxStreamBytes)
 	s.loops.Add(1)
 	go func() {
 		defer s.loops.Done()
 		defer cancel(nil)
 		defer untrack()
-		s.runBackground(ctx, sref, plan)
+		if !s.sessionRunning(ctx, sref, plan, st) {
+			return // cancelled before it started
+		}
+		res, err := s.runner.RunWith(ctx, plan, st.opts())
+		s.endSession(ctx, sref, st, res, err)
 	}()
-	return BackgroundResult{Status: "running", SessionID: sid, Command: plan.Command}
+	return BackgroundResult{Status: "running", SessionID: sref.ID, Command: plan.Command}
 }
 
-func (s *ShellExec) runBackground(ctx context.Context, sref *contracts.Job, plan *shell.Plan) {
-	log := s.log.With(slog.String("session", sref.ID))
+// runYielding runs an allowed foreground command; when it is still running
+// after yield it moves to the background (seed 003's yieldMs): the job
+// completes with a BackgroundResult and the command goes on as a session,
+// whose output streams from its very start.
+func (s *ShellExec) runYielding(ctx context.Context, ref *contracts.Job, plan *shell.Plan, yield time.Duration) (json.RawMessage, error) {
+	sref := sessionRef(ref)
+	// The run may outlive the job, so it hangs off the tool's lifetime;
+	// until the yield, the job's end (cancel, shutdown, deadline) ends it.
+	rctx, cancelRun := context.WithCancelCause(s.lctx)
+	st := newStreamer(s, sref, s.cfg.MaxStreamBytes)
+	type outcome struct {
+		res *shell.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	s.loops.Add(1)
+	go func() {
+		defer s.loops.Done()
+		res, err := s.runner.RunWith(rctx, plan, st.opts())
+		done <- outcome{res, err}
+	}()
+	t := time.NewTimer(yield)
+	defer t.Stop()
+	select {
+	case o := <-done:
+		cancelRun(nil)
+		return finished(ctx, o.res, o.err)
+	case <-ctx.Done():
+		cancelRun(context.Cause(ctx))
+		o := <-done
+		return finished(ctx, o.res, o.err)
+	case <-t.C:
+	}
+	untrack := s.track(ctx, sref.ID, cancelRun)
+	s.loops.Add(1)
+	go func() {
+		defer s.loops.Done()
+		defer cancelRun(nil)
+		defer untrack()
+		if !s.sessionRunning(rctx, sref, plan, st) {
+			cancelRun(errJobCancelled)
+		}
+		o := <-done
+		s.endSession(rctx, sref, st, o.res, o.err)
+	}()
+	s.log.Info("exec moved to the background", slog.String("job", ref.ID), slog.Duration("yieldMs", yield))
+	return mustJSON(BackgroundResult{Status: "running", SessionID: sref.ID, Command: plan.Command, Yielded: true}), nil
+}
+
+// sessionRunning writes a session's running event and starts streaming
+// its output; false when the session already ended (cancelled).
+func (s *ShellExec) sessionRunning(ctx context.Context, sref *contracts.Job, plan *shell.Plan, st *streamer) bool {
 	ectx, cancel := detached(ctx)
 	err := s.emit(ectx, sref, contracts.StatusRunning, 1, BackgroundResult{Status: "running", SessionID: sref.ID, Command: plan.Command}, nil)
 	cancel()
 	if isEnded(err) {
-		return // cancelled before it started
+		return false
 	}
-	st := newStreamer(s, sref, s.cfg.MaxStreamBytes, s.cfg.FlushInterval)
-	res, err := s.runner.RunWith(ctx, plan, &shell.RunOpts{Stdout: st.writer(0), Stderr: st.writer(1)})
-	st.close(ctx)
+	st.release(s.cfg.FlushInterval)
+	return true
+}
 
-	ectx, cancel = detached(ctx)
+// endSession publishes the rest of a session's output and its end.
+func (s *ShellExec) endSession(ctx context.Context, sref *contracts.Job, st *streamer, res *shell.Result, err error) {
+	st.close(ctx)
+	ectx, cancel := detached(ctx)
 	defer cancel()
 	var werr error
 	switch {
 	case err == nil || (res != nil && res.TimedOut):
 		werr = s.emit(ectx, sref, contracts.StatusCompleted, 1, res, nil)
 	case errors.Is(context.Cause(ctx), errJobCancelled):
-		return
+		return // the cancel wrote the session's end
 	case errors.Is(context.Cause(ctx), errExecEnded):
 		werr = s.emit(ectx, sref, contracts.StatusCancelled, 1, nil,
 			contracts.Errorf(contracts.CodeCancelled, "the exec job that started this session was cancelled"))
@@ -145,7 +208,7 @@ func (s *ShellExec) runBackground(ctx context.Context, sref *contracts.Job, plan
 		werr = s.emit(ectx, sref, contracts.StatusFailed, 1, nil, contracts.AsError(err))
 	}
 	if werr != nil && !isEnded(werr) {
-		log.Warn("end of a background session not written", slog.Any("err", werr))
+		s.log.Warn("end of a background session not written", slog.String("session", sref.ID), slog.Any("err", werr))
 	}
 }
 
@@ -161,14 +224,19 @@ type streamer struct {
 	sent      [2]int
 	truncated bool
 	ended     bool // the session's job ended (cancelled): stop publishing
+	released  bool // publishing started (a held streamer only buffers)
 	n         int
 
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
 
-func newStreamer(s *ShellExec, ref *contracts.Job, maxBytes int, every time.Duration) *streamer {
-	st := &streamer{s: s, ref: ref, max: maxBytes, maxChunk: 64 << 10, stop: make(chan struct{})}
+func newStreamer(s *ShellExec, ref *contracts.Job, maxBytes int) *streamer {
+	return &streamer{s: s, ref: ref, max: maxBytes, maxChunk: 64 << 10, stop: make(chan struct{})}
+}
+
+// release starts publishing: what was written so far goes out first.
+func (st *streamer) release(every time.Duration) {
 	st.wg.Add(1)
 	go func() {
 		defer st.wg.Done()
@@ -183,7 +251,14 @@ func newStreamer(s *ShellExec, ref *contracts.Job, maxBytes int, every time.Dura
 			}
 		}
 	}()
-	return st
+	st.mu.Lock()
+	st.released = true
+	st.mu.Unlock()
+}
+
+// opts are the run hooks that feed the streamer.
+func (st *streamer) opts() *shell.RunOpts {
+	return &shell.RunOpts{Stdout: st.writer(0), Stderr: st.writer(1)}
 }
 
 type streamWriter struct {
@@ -220,7 +295,7 @@ func (st *streamer) flush(ctx context.Context) {
 			n := min(len(st.buf[i]), st.maxChunk)
 			took[i] = n
 		}
-		if st.ended || took[0] == 0 && took[1] == 0 {
+		if st.ended || !st.released || took[0] == 0 && took[1] == 0 {
 			st.mu.Unlock()
 			return
 		}
@@ -249,7 +324,8 @@ func (st *streamer) flush(ctx context.Context) {
 	}
 }
 
-// close stops the ticker and publishes what is left.
+// close stops the ticker and publishes what is left (nothing when it was
+// never released).
 func (st *streamer) close(ctx context.Context) {
 	close(st.stop)
 	st.wg.Wait()

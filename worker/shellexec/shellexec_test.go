@@ -652,3 +652,55 @@ func TestStopKillsBackgroundSessions(t *testing.T) {
 	require.Equal(t, contracts.CodeCancelled, ev.Data.Error.Code)
 	require.NoError(t, b.se.Stop(ctx), "a second Stop is harmless")
 }
+
+func TestForegroundCommandYieldsToTheBackground(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *shellexec.Config) {
+		c.FlushInterval = 20 * time.Millisecond
+		c.Policy.Allowlist = append(c.Policy.Allowlist, "/usr/bin/sleep")
+	})
+	job := b.exec(t, map[string]any{"command": "echo start; sleep 1; echo end", "yieldMs": 200})
+	ev := b.await(t, job.Session, job.ID, true)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, "%v", ev.Data.Error)
+	var bg shellexec.BackgroundResult
+	require.NoError(t, json.Unmarshal(ev.Data.Result, &bg))
+	require.True(t, bg.Yielded)
+	require.Equal(t, shellexec.SessionID(job.ID), bg.SessionID)
+
+	res := runResult(t, b.await(t, job.Session, bg.SessionID, false))
+	require.Equal(t, "start\nend\n", res.Stdout)
+	var streamed strings.Builder
+	for _, e := range b.events(t, job.Session, bg.SessionID) {
+		if e.Data.Status == contracts.StatusProgress {
+			var c shellexec.OutputChunk
+			require.NoError(t, json.Unmarshal(e.Data.Result, &c))
+			streamed.WriteString(c.Stdout)
+		}
+	}
+	require.Equal(t, "start\nend\n", streamed.String(), "output from before the yield is streamed too")
+
+	// yieldMs 0 never yields: the job waits for the command.
+	job = b.exec(t, map[string]any{"command": "echo a; sleep 1", "yieldMs": 0})
+	r := runResult(t, b.await(t, job.Session, job.ID, true))
+	require.Equal(t, "a\n", r.Stdout)
+	require.GreaterOrEqual(t, r.DurationMs, int64(1000))
+}
+
+func TestCancelBeforeYieldKillsTheCommand(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *shellexec.Config) { c.Policy.Allowlist = append(c.Policy.Allowlist, "/usr/bin/sleep") })
+	data, err := json.Marshal(map[string]any{"command": "sleep 60", "yieldMs": 60000})
+	require.NoError(t, err)
+	ctx := testutil.Context(t, 30*time.Second)
+	job, err := b.prod.Submit(ctx, shellexec.ToolExec, data, &producer.SubmitOpts{Progress: true})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(b.events(t, job.Session, job.ID)) > 0 }, 10*time.Second, 20*time.Millisecond)
+	start := time.Now()
+	require.NoError(t, b.prod.Cancel(ctx, job.Session, job.ID))
+	require.Equal(t, contracts.StatusCancelled, b.await(t, job.Session, job.ID, false).Data.Status)
+	// The worker's exec tool stops promptly: nothing is left running.
+	require.NoError(t, b.w.Stop(ctx))
+	require.NoError(t, b.se.Stop(ctx))
+	require.Less(t, time.Since(start), 20*time.Second)
+	require.Len(t, b.events(t, job.Session, shellexec.SessionID(job.ID)), 0)
+}
