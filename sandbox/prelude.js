@@ -145,7 +145,7 @@
     return ((next() >>> 5) * 67108864 + (next() >>> 6)) / 9007199254740992;
   };
 
-  function install(configJSON) {
+  function install(configJSON, catalogJSON) {
     const cfg = parse(configJSON);
     if (isArray(cfg.seed) && cfg.seed.length === 4) {
       s0 = cfg.seed[0] | 0; s1 = cfg.seed[1] | 0; s2 = cfg.seed[2] | 0; s3 = cfg.seed[3] | 0;
@@ -176,7 +176,10 @@
       };
       MCP[server] = freeze(ns);
     }
-    const files = cfg.apiFiles || {};
+    const files = {};
+    for (const server of O.keys(servers)) {
+      files["mcp/" + server + ".d.ts"] = _String(servers[server].declaration || "");
+    }
     const API = {
       list: async function (prefix) {
         const p = prefix === undefined ? "" : _String(prefix);
@@ -190,7 +193,16 @@
         return files[p];
       },
     };
-    defineGlobal("ALL_TOOLS", deepFreeze(cfg.catalog || []));
+    // ALL_TOOLS is parsed on first use: most programs never read it.
+    let allTools;
+    defineProperty(G, "ALL_TOOLS", {
+      get: function ALL_TOOLS() {
+        if (allTools === undefined) allTools = deepFreeze(parse(catalogJSON));
+        return allTools;
+      },
+      enumerable: false,
+      configurable: false,
+    });
     defineGlobal("tools", freeze(tools));
     defineGlobal("MCP", freeze(MCP));
     defineGlobal("namespaces", freeze({ mcp: MCP }));

@@ -289,42 +289,49 @@ func (r *run) applyLimits(ctx context.Context) error {
 
 // installRuntime defines the run's globals (ALL_TOOLS, tools, MCP, API …).
 func (r *run) installRuntime(ctx context.Context) error {
-	var seed [16]byte
-	_, _ = rand.Read(seed[:])
-	files := map[string]string{}
-	mcp := r.cat.MCP()
-	for ns, srv := range mcp {
-		files["mcp/"+ns+".d.ts"] = srv.Declaration
-	}
-	cfg, err := json.Marshal(map[string]any{
-		"catalog":   r.cat.Entries(),
-		"safeNames": r.cat.SafeNames(),
-		"mcp":       mcp,
-		"apiFiles":  files,
-		"seed": []uint32{
-			binary.LittleEndian.Uint32(seed[0:]), binary.LittleEndian.Uint32(seed[4:]),
-			binary.LittleEndian.Uint32(seed[8:]), binary.LittleEndian.Uint32(seed[12:]),
-		},
-	})
+	cfg, err := r.guestConfig()
 	if err != nil {
 		return err
 	}
-	s, err := r.vm.NewString(ctx, string(cfg))
+	catalog, err := json.Marshal(r.cat.Entries())
 	if err != nil {
 		return err
 	}
-	defer r.vm.Free(ctx, s)
+	cs, err := r.vm.NewString(ctx, string(cfg))
+	if err != nil {
+		return err
+	}
+	defer r.vm.Free(ctx, cs)
+	ca, err := r.vm.NewString(ctx, string(catalog))
+	if err != nil {
+		return err
+	}
+	defer r.vm.Free(ctx, ca)
 	undef, err := r.vm.Undefined(ctx)
 	if err != nil {
 		return err
 	}
 	defer r.vm.Free(ctx, undef)
-	res, err := r.vm.Call(ctx, r.e.install, undef, s)
+	res, err := r.vm.Call(ctx, r.e.install, undef, cs, ca)
 	if err != nil {
 		return err
 	}
 	r.vm.Free(ctx, res)
 	return nil
+}
+
+// guestConfig is the JSON the guest runtime's install function takes.
+func (r *run) guestConfig() ([]byte, error) {
+	var seed [16]byte
+	_, _ = rand.Read(seed[:])
+	return json.Marshal(map[string]any{
+		"safeNames": r.cat.SafeNames(),
+		"mcp":       r.cat.MCP(),
+		"seed": []uint32{
+			binary.LittleEndian.Uint32(seed[0:]), binary.LittleEndian.Uint32(seed[4:]),
+			binary.LittleEndian.Uint32(seed[8:]), binary.LittleEndian.Uint32(seed[12:]),
+		},
+	})
 }
 
 // settle resolves a pending call's promise with an envelope and drains the
