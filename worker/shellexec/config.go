@@ -37,6 +37,8 @@ const (
 	// DefaultFlushInterval is how often a background session publishes its
 	// new output.
 	DefaultFlushInterval = 250 * time.Millisecond
+	// DefaultMaxSessions bounds the background sessions of one worker.
+	DefaultMaxSessions = 64
 )
 
 // Config configures the exec tool on a worker.
@@ -70,6 +72,11 @@ type Config struct {
 	// DefaultMaxStreamBytes when 0. FlushInterval is how often it streams.
 	MaxStreamBytes int
 	FlushInterval  time.Duration
+	// MaxSessions bounds the background sessions this worker runs at once
+	// (they run outside the tool's job concurrency); DefaultMaxSessions
+	// when 0. Past it, background jobs fail with runtime_unavailable and
+	// foreground commands do not yield.
+	MaxSessions int
 	// Subjects names streams and buckets; it must match the worker's.
 	Subjects contracts.Subjects
 	// Replicas and Storage of the approvals and policy buckets.
@@ -102,6 +109,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.FlushInterval == 0 {
 		c.FlushInterval = DefaultFlushInterval
 	}
+	if c.MaxSessions == 0 {
+		c.MaxSessions = DefaultMaxSessions
+	}
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
@@ -115,8 +125,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("shellexec: decided TTL %s shorter than the approval TTL %s", c.DecidedTTL, c.ApprovalTTL)
 	case *c.ApprovalRunningNoticeMs < 0:
 		return c, errors.New("shellexec: negative approvalRunningNoticeMs")
-	case c.MaxStreamBytes < 0 || c.FlushInterval < 0:
-		return c, errors.New("shellexec: negative stream cap or flush interval")
+	case c.MaxStreamBytes < 0 || c.FlushInterval < 0 || c.MaxSessions < 0:
+		return c, errors.New("shellexec: negative stream cap, flush interval or session cap")
 	case !contracts.ValidTool(c.PolicyKey):
 		return c, fmt.Errorf("shellexec: policy key %q is not a valid key", c.PolicyKey)
 	}

@@ -88,10 +88,12 @@ func TestDeployPermissions(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, contracts.StatusApprovalPending, ev.Data.Status)
 
-	// The agent may read the approval (its pending event says as much) but
-	// not decide it.
-	_, err = agent.Approval(ctx, job.ID)
-	require.NoError(t, err)
+	// The agent can neither read the approval record (env overrides) nor
+	// decide it.
+	short0, cancel0 := context.WithTimeout(ctx, time.Second)
+	defer cancel0()
+	_, err = agent.Approval(short0, job.ID)
+	require.Error(t, err)
 	short, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_, err = agent.Decide(short, json.RawMessage(`{}`), nil)

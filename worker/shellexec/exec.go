@@ -43,7 +43,11 @@ func (s *ShellExec) handleExec(ctx context.Context, job *contracts.Job) (json.Ra
 	}
 	ref := &contracts.Job{ID: job.ID, Session: job.Session, Tool: job.Tool, Meta: job.Meta}
 	if in.Background {
-		return mustJSON(s.startBackground(ref, plan)), nil
+		res, err := s.startBackground(ref, plan)
+		if err != nil {
+			return nil, worker.Permanent(err)
+		}
+		return mustJSON(res), nil
 	}
 	if in.YieldMs != nil && *in.YieldMs > 0 {
 		return s.runYielding(ctx, ref, plan, time.Duration(*in.YieldMs)*time.Millisecond)

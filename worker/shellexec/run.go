@@ -27,10 +27,16 @@ func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 func (s *ShellExec) runApproved(ctx context.Context, rec *Record, ref *contracts.Job) {
 	plan := &rec.Approval.Plan
 	if rec.Background {
-		res := s.startBackground(ref, plan)
 		ectx, cancel := detached(ctx)
 		defer cancel()
-		err := s.emit(ectx, ref, contracts.StatusCompleted, 1, res, nil)
+		res, err := s.startBackground(ref, plan)
+		if err != nil {
+			if err := s.emit(ectx, ref, contracts.StatusFailed, 1, nil, contracts.AsError(err)); err != nil && !isEnded(err) {
+				s.log.Warn("exec job not told its session did not start", slog.String("job", ref.ID), slog.Any("err", err))
+			}
+			return
+		}
+		err = s.emit(ectx, ref, contracts.StatusCompleted, 1, res, nil)
 		switch {
 		case isEnded(err):
 			s.stopRun(res.SessionID, errExecEnded) // the exec job was cancelled meanwhile
@@ -104,7 +110,11 @@ func sessionRef(ref *contracts.Job) *contracts.Job {
 // running, progress with the output, then completed or failed. It runs until
 // it exits, times out, is cancelled (a cancel of the session id) or the
 // worker's exec tool stops.
-func (s *ShellExec) startBackground(ref *contracts.Job, plan *shell.Plan) BackgroundResult {
+func (s *ShellExec) startBackground(ref *contracts.Job, plan *shell.Plan) (BackgroundResult, error) {
+	if !s.takeSession() {
+		return BackgroundResult{}, contracts.Errorf(contracts.CodeRuntimeUnavailable,
+			"this worker runs its maximum of %d background sessions", s.cfg.MaxSessions)
+	}
 	sref := sessionRef(ref)
 	ctx, cancel := context.WithCancelCause(s.lctx)
 	tctx, tcancel := context.WithTimeout(ctx, emitTimeout)
@@ -114,6 +124,7 @@ func (s *ShellExec) startBackground(ref *contracts.Job, plan *shell.Plan) Backgr
 	s.loops.Add(1)
 	go func() {
 		defer s.loops.Done()
+		defer s.dropSession()
 		defer cancel(nil)
 		defer untrack()
 		if !s.sessionRunning(ctx, sref, plan, st) {
@@ -122,7 +133,7 @@ func (s *ShellExec) startBackground(ref *contracts.Job, plan *shell.Plan) Backgr
 		res, err := s.runner.RunWith(ctx, plan, st.opts())
 		s.endSession(ctx, sref, st, res, err)
 	}()
-	return BackgroundResult{Status: "running", SessionID: sref.ID, Command: plan.Command}
+	return BackgroundResult{Status: "running", SessionID: sref.ID, Command: plan.Command}, nil
 }
 
 // runYielding runs an allowed foreground command; when it is still running
@@ -148,20 +159,28 @@ func (s *ShellExec) runYielding(ctx context.Context, ref *contracts.Job, plan *s
 	}()
 	t := time.NewTimer(yield)
 	defer t.Stop()
-	select {
-	case o := <-done:
-		cancelRun(nil)
-		return finished(ctx, o.res, o.err)
-	case <-ctx.Done():
-		cancelRun(context.Cause(ctx))
-		o := <-done
-		return finished(ctx, o.res, o.err)
-	case <-t.C:
+	for yielded := t.C; ; {
+		select {
+		case o := <-done:
+			cancelRun(nil)
+			return finished(ctx, o.res, o.err)
+		case <-ctx.Done():
+			cancelRun(context.Cause(ctx))
+			o := <-done
+			return finished(ctx, o.res, o.err)
+		case <-yielded:
+		}
+		if s.takeSession() {
+			break
+		}
+		s.log.Info("exec stays in the foreground: background sessions at their cap", slog.String("job", ref.ID))
+		yielded = nil // never fires again
 	}
 	untrack := s.track(ctx, sref.ID, cancelRun)
 	s.loops.Add(1)
 	go func() {
 		defer s.loops.Done()
+		defer s.dropSession()
 		defer cancelRun(nil)
 		defer untrack()
 		if !s.sessionRunning(rctx, sref, plan, st) {

@@ -32,14 +32,15 @@ type ShellExec struct {
 	cancels  jetstream.KeyValue
 	events   jetstream.Stream
 
-	mu      sync.Mutex
-	started bool
-	lctx    context.Context
-	cancel  context.CancelFunc
-	running map[string]context.CancelCauseFunc // by the job id a cancel names
-	loops   sync.WaitGroup
-	stopped chan struct{}
-	stopOne sync.Once
+	mu       sync.Mutex
+	started  bool
+	lctx     context.Context
+	cancel   context.CancelFunc
+	running  map[string]context.CancelCauseFunc // by the job id a cancel names
+	sessions int                                // background sessions running
+	loops    sync.WaitGroup
+	stopped  chan struct{}
+	stopOne  sync.Once
 }
 
 // Causes of a run's context ending early.
@@ -201,6 +202,23 @@ func (s *ShellExec) track(ctx context.Context, jobID string, cancel context.Canc
 		delete(s.running, jobID)
 		s.mu.Unlock()
 	}
+}
+
+// takeSession reserves a background session slot; false at the cap.
+func (s *ShellExec) takeSession() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sessions >= s.cfg.MaxSessions {
+		return false
+	}
+	s.sessions++
+	return true
+}
+
+func (s *ShellExec) dropSession() {
+	s.mu.Lock()
+	s.sessions--
+	s.mu.Unlock()
 }
 
 // stopRun cancels the tracked run of jobID with cause, if there is one.

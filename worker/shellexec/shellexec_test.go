@@ -704,3 +704,32 @@ func TestCancelBeforeYieldKillsTheCommand(t *testing.T) {
 	require.Less(t, time.Since(start), 20*time.Second)
 	require.Len(t, b.events(t, job.Session, shellexec.SessionID(job.ID)), 0)
 }
+
+func TestBackgroundSessionsAreCapped(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *shellexec.Config) {
+		c.MaxSessions = 1
+		c.Policy.Allowlist = append(c.Policy.Allowlist, "/usr/bin/sleep")
+	})
+	first := b.exec(t, map[string]any{"command": "sleep 60", "background": true})
+	require.Equal(t, contracts.StatusCompleted, b.await(t, first.Session, first.ID, true).Data.Status)
+
+	second := b.exec(t, map[string]any{"command": "sleep 60", "background": true})
+	ev := b.await(t, second.Session, second.ID, true)
+	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+	require.Equal(t, contracts.CodeRuntimeUnavailable, ev.Data.Error.Code)
+
+	// At the cap a long foreground command does not yield: it finishes.
+	job := b.exec(t, map[string]any{"command": "echo a; sleep 1", "yieldMs": 100})
+	require.Equal(t, "a\n", runResult(t, b.await(t, job.Session, job.ID, true)).Stdout)
+
+	// Ending the session frees its slot.
+	ctx := testutil.Context(t, 10*time.Second)
+	sid := shellexec.SessionID(first.ID)
+	require.NoError(t, b.prod.Cancel(ctx, first.Session, sid))
+	require.Equal(t, contracts.StatusCancelled, b.await(t, first.Session, sid, false).Data.Status)
+	require.Eventually(t, func() bool {
+		j := b.exec(t, map[string]any{"command": "echo again", "background": true})
+		return b.await(t, j.Session, j.ID, true).Data.Status == contracts.StatusCompleted
+	}, 10*time.Second, 50*time.Millisecond)
+}
