@@ -8,6 +8,7 @@
   const O = Object;
   const freeze = O.freeze, defineProperty = O.defineProperty, getPrototypeOf = O.getPrototypeOf;
   const hasOwn = O.prototype.hasOwnProperty;
+  const keys = O.keys;
   const stringify = JSON.stringify, parse = JSON.parse;
   const _Error = Error, _TypeError = TypeError, _String = String, _Number = Number;
   const apply = Reflect.apply;
@@ -115,7 +116,7 @@
 
   function deepFreeze(v) {
     if (v !== null && typeof v === "object") {
-      for (const k of O.keys(v)) deepFreeze(v[k]);
+      for (const k of keys(v)) deepFreeze(v[k]);
       freeze(v);
     }
     return v;
@@ -152,7 +153,7 @@
       if ((s0 | s1 | s2 | s3) === 0) s0 = 1;
     }
     const tools = { search: search, describe: describe, call: call, callValue: callValue };
-    for (const name of O.keys(cfg.safeNames || {})) {
+    for (const name of keys(cfg.safeNames || {})) {
       const id = cfg.safeNames[name];
       if (hasOwn.call(tools, name)) continue;
       tools[name] = function (input) {
@@ -161,10 +162,10 @@
     }
     const MCP = {};
     const servers = cfg.mcp || {};
-    for (const server of O.keys(servers)) {
+    for (const server of keys(servers)) {
       const spec = servers[server];
       const ns = {};
-      for (const fn of O.keys(spec.tools || {})) {
+      for (const fn of keys(spec.tools || {})) {
         const id = spec.tools[fn];
         ns[fn] = function (input) {
           return callMCP(id, input);
@@ -177,13 +178,13 @@
       MCP[server] = freeze(ns);
     }
     const files = {};
-    for (const server of O.keys(servers)) {
+    for (const server of keys(servers)) {
       files["mcp/" + server + ".d.ts"] = _String(servers[server].declaration || "");
     }
     const API = {
       list: async function (prefix) {
         const p = prefix === undefined ? "" : _String(prefix);
-        return O.keys(files).filter(function (f) {
+        return keys(files).filter(function (f) {
           return p === "" || f === p || f.startsWith(p.endsWith("/") ? p : p + "/");
         });
       },
