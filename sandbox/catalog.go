@@ -242,9 +242,9 @@ func mcpServerName(t Tool) string {
 	return "mcp"
 }
 
-// MCP groups the MCP entries into namespaces (MCP.<server>.<tool>) with a
+// mcpNamespaces groups the MCP entries into namespaces (MCP.<server>.<tool>) with a
 // TypeScript-style declaration per server.
-func (c *Catalog) MCP() map[string]mcpServer {
+func (c *Catalog) mcpNamespaces() map[string]mcpServer {
 	type fn struct {
 		name string
 		tool Tool

@@ -327,7 +327,7 @@ func (r *run) guestConfig() ([]byte, error) {
 	_, _ = rand.Read(seed[:])
 	return json.Marshal(map[string]any{
 		"safeNames": r.cat.SafeNames(),
-		"mcp":       r.cat.MCP(),
+		"mcp":       r.cat.mcpNamespaces(),
 		"seed": []uint32{
 			binary.LittleEndian.Uint32(seed[0:]), binary.LittleEndian.Uint32(seed[4:]),
 			binary.LittleEndian.Uint32(seed[8:]), binary.LittleEndian.Uint32(seed[12:]),
