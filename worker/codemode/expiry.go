@@ -4,53 +4,27 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
 )
 
 // startExpiry follows the runs bucket for the markers JetStream writes when
 // a run's record outlives its TTL: the run's exec job fails with timeout and
 // its snapshot is deleted. One durable consumer is shared by every worker.
 func (c *CodeMode) startExpiry(ctx, lctx context.Context) error {
-	stream := "KV_" + c.cfg.Subjects.Bucket("runs")
-	cons, err := c.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Durable:       "codemode_expiry",
-		Description:   "code-mode run expiry",
-		FilterSubject: c.store.subj + ">",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverNewPolicy,
-		AckWait:       30 * time.Second,
-		MaxDeliver:    10,
-	})
-	if err != nil {
-		return fmt.Errorf("codemode: expiry consumer: %w", err)
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if m.Headers().Get(jetstream.MarkerReasonHeader) == "MaxAge" {
-			key := strings.TrimPrefix(m.Subject(), c.store.subj)
-			if session, runID, ok := sessionAndRun(key); ok {
-				if err := c.expire(lctx, session, runID); err != nil {
-					_ = m.NakWithDelay(time.Second)
-					return
-				}
+	return bus.FollowExpiries(ctx, lctx, c.js, bus.ExpiryConfig{
+		Bucket: c.cfg.Subjects.Bucket("runs"), Durable: "codemode_expiry", Logger: c.log,
+		Expired: func(ctx context.Context, key string) error {
+			session, runID, ok := sessionAndRun(key)
+			if !ok {
+				return nil
 			}
-		}
-		_ = m.Ack()
-	})
-	if err != nil {
-		return fmt.Errorf("codemode: expiry consumer: %w", err)
-	}
-	c.loops.Add(1)
-	go func() {
-		defer c.loops.Done()
-		<-lctx.Done()
-		cc.Stop()
-	}()
-	return nil
+			return c.expire(ctx, session, runID)
+		},
+	}, &c.loops)
 }
 
 // expire fails an expired run's exec job (unless it already ended) and

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
 )
 
 // startExpiry follows the approvals bucket for the markers JetStream writes
@@ -20,43 +20,15 @@ import (
 // record is rewritten with a new TTL, so only an undecided one expires
 // while its job is still approval_pending.
 func (s *ShellExec) startExpiry(ctx context.Context) error {
-	stream := "KV_" + s.cfg.Subjects.Bucket("approvals")
-	cons, err := s.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Durable:       "shellexec_expiry",
-		Description:   "exec approval expiry",
-		FilterSubject: s.store.subj + ">",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverNewPolicy,
-		AckWait:       30 * time.Second,
-		MaxDeliver:    10,
-	})
-	if err != nil {
-		return fmt.Errorf("shellexec: expiry consumer: %w", err)
-	}
-	lctx := s.lctx
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if m.Headers().Get(jetstream.MarkerReasonHeader) == "MaxAge" {
-			id := strings.TrimPrefix(m.Subject(), s.store.subj)
-			if contracts.ValidID(id) {
-				if err := s.expire(lctx, id); err != nil {
-					s.log.Warn("approval expiry not applied; retrying", slog.String("approval", id), slog.Any("err", err))
-					_ = m.NakWithDelay(time.Second)
-					return
-				}
+	return bus.FollowExpiries(ctx, s.lctx, s.js, bus.ExpiryConfig{
+		Bucket: s.cfg.Subjects.Bucket("approvals"), Durable: "shellexec_expiry", Logger: s.log,
+		Expired: func(ctx context.Context, id string) error {
+			if !contracts.ValidID(id) {
+				return nil
 			}
-		}
-		_ = m.Ack()
-	})
-	if err != nil {
-		return fmt.Errorf("shellexec: expiry consumer: %w", err)
-	}
-	s.loops.Add(1)
-	go func() {
-		defer s.loops.Done()
-		<-lctx.Done()
-		cc.Stop()
-	}()
-	return nil
+			return s.expire(ctx, id)
+		},
+	}, &s.loops)
 }
 
 // expire denies the exec job of an expired approval with reason timeout,
