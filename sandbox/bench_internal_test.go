@@ -79,8 +79,10 @@ func BenchmarkSnapshot(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			out, err := e.codec.Encode(&snapshot.Snapshot{Memory: vm.Memory(), StackPointer: r.StackPointer,
-				RuntimePtr: r.RuntimePtr, ContextPtr: r.ContextPtr, Host: host}, 0)
+			out, err := e.codec.Encode(&snapshot.Snapshot{
+				Memory: vm.Memory(), StackPointer: r.StackPointer,
+				RuntimePtr: r.RuntimePtr, ContextPtr: r.ContextPtr, Host: host,
+			}, 0)
 			d = append(d, time.Since(t0))
 			if err != nil {
 				b.Fatal(err)
@@ -104,8 +106,10 @@ func BenchmarkSnapshot(b *testing.B) {
 			if err := json.Unmarshal(s.Host, &st); err != nil {
 				b.Fatal(err)
 			}
-			vm, err := e.rt.Restore(ctx, s.Memory, engine.Registers{StackPointer: s.StackPointer,
-				RuntimePtr: s.RuntimePtr, ContextPtr: s.ContextPtr})
+			vm, err := e.rt.Restore(ctx, s.Memory, engine.Registers{
+				StackPointer: s.StackPointer,
+				RuntimePtr:   s.RuntimePtr, ContextPtr: s.ContextPtr,
+			})
 			d = append(d, time.Since(t0))
 			if err != nil {
 				b.Fatal(err)
@@ -134,8 +138,10 @@ func BenchmarkSnapshot(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := e.rt.Load(ctx, vm, s.Memory, engine.Registers{StackPointer: s.StackPointer,
-				RuntimePtr: s.RuntimePtr, ContextPtr: s.ContextPtr}); err != nil {
+			if err := e.rt.Load(ctx, vm, s.Memory, engine.Registers{
+				StackPointer: s.StackPointer,
+				RuntimePtr:   s.RuntimePtr, ContextPtr: s.ContextPtr,
+			}); err != nil {
 				b.Fatal(err)
 			}
 			d = append(d, time.Since(t0))

@@ -84,8 +84,10 @@ func BenchmarkSuspendResume(b *testing.B) {
 		}
 		size = len(out.Snapshot)
 		t0 = time.Now()
-		res, err := testEngine.Resume(ctx, &sandbox.ResumeRequest{Snapshot: out.Snapshot,
-			Settlements: []sandbox.Settlement{ok("call_1", 3)}, Bridge: bridge})
+		res, err := testEngine.Resume(ctx, &sandbox.ResumeRequest{
+			Snapshot:    out.Snapshot,
+			Settlements: []sandbox.Settlement{ok("call_1", 3)}, Bridge: bridge,
+		})
 		resumeD = append(resumeD, time.Since(t0))
 		if err != nil || res.Result.Status != sandbox.StatusCompleted {
 			b.Fatal(err, res.Result.Error)

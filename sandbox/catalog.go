@@ -182,7 +182,7 @@ func SafeName(name string) string {
 // "chromeDevtools".
 func camelName(name string) string {
 	parts := strings.FieldsFunc(name, func(r rune) bool {
-		return !(r < 128 && (unicode.IsLetter(r) || unicode.IsDigit(r)))
+		return r >= 128 || (!unicode.IsLetter(r) && !unicode.IsDigit(r))
 	})
 	var b strings.Builder
 	for i, p := range parts {

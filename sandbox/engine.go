@@ -138,14 +138,15 @@ func NewEngine(ctx context.Context, cfg *EngineConfig) (*Engine, error) {
 		}
 	}
 	cacheDir := cfg.CompilationCacheDir
-	if cacheDir == "" {
+	switch cacheDir {
+	case "":
 		if d, err := os.UserCacheDir(); err == nil {
 			cacheDir = filepath.Join(d, "toolq", "wazero")
 		}
-	} else if cacheDir == "-" {
+	case "-":
 		cacheDir = ""
 	}
-	pages := uint32((e.maxMem*5/2 + 2<<20 + engine.PageSize - 1) / engine.PageSize)
+	pages := uint32((e.maxMem*5/2 + 2<<20 + engine.PageSize - 1) / engine.PageSize) //nolint:gosec // G115: maxMem is checked above to be in (0, 1 GiB], so this is under 41k pages
 	rt, err := engine.New(ctx, engine.Config{
 		Wasm:                wasm,
 		CompilationCacheDir: cacheDir,

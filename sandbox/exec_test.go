@@ -203,32 +203,46 @@ func TestGuestRuntime(t *testing.T) {
 	tests := []struct {
 		name, code, want string
 	}{
-		{"ALL_TOOLS has no MCP entries", `return ALL_TOOLS.map((t) => t.id)`,
-			`["openclaw:core:echo","openclaw:shipping:shipping_list","openclaw:core:explode","client:app:slow_add","openclaw:core:exec","openclaw:one:dup","openclaw:two:dup","openclaw:core:search"]`},
-		{"ALL_TOOLS entries are compact", `return Object.keys(ALL_TOOLS[1]).sort()`,
-			`["description","id","input","name","source"]`},
+		{
+			"ALL_TOOLS has no MCP entries", `return ALL_TOOLS.map((t) => t.id)`,
+			`["openclaw:core:echo","openclaw:shipping:shipping_list","openclaw:core:explode","client:app:slow_add","openclaw:core:exec","openclaw:one:dup","openclaw:two:dup","openclaw:core:search"]`,
+		},
+		{
+			"ALL_TOOLS entries are compact", `return Object.keys(ALL_TOOLS[1]).sort()`,
+			`["description","id","input","name","source"]`,
+		},
 		{"search ranks", `return (await tools.search("shipments")).map((t) => t.id)`, `["openclaw:shipping:shipping_list"]`},
 		{"search limit", `return (await tools.search("", {limit: 2})).length`, `2`},
 		{"search default limit", `return (await tools.search("")).length`, `8`},
 		{"search skips mcp", `return (await tools.search("issue")).length`, `0`},
-		{"describe", `const d = await tools.describe("openclaw:shipping:shipping_list"); return [d.id, d.parameters, d.outputSchema]`,
-			`["openclaw:shipping:shipping_list",{"type":"object"},{"type":"array"}]`},
-		{"call envelope", `return [await tools.call("openclaw:core:echo", {x: 1}), await tools.call("openclaw:core:explode")]`,
-			`[{"ok":true,"value":{"x":1}},{"ok":false,"error":"tool exploded"}]`},
+		{
+			"describe", `const d = await tools.describe("openclaw:shipping:shipping_list"); return [d.id, d.parameters, d.outputSchema]`,
+			`["openclaw:shipping:shipping_list",{"type":"object"},{"type":"array"}]`,
+		},
+		{
+			"call envelope", `return [await tools.call("openclaw:core:echo", {x: 1}), await tools.call("openclaw:core:explode")]`,
+			`[{"ok":true,"value":{"x":1}},{"ok":false,"error":"tool exploded"}]`,
+		},
 		{"safe name", `return await tools.echo({y: 2})`, `{"y":2}`},
 		{"exec by safe name is the shell tool entry", `return typeof tools.exec`, `"function"`},
 		{"ambiguous name not installed", `return typeof tools.dup`, `"undefined"`},
 		{"helpers not shadowed", `return [typeof tools.search, (await tools.search("echo", {limit: 1}))[0].id]`, `["function","openclaw:core:echo"]`},
 		{"tools frozen", `"use strict"; try { tools.search = 1 } catch (e) { return e.name } return "writable"`, `"TypeError"`},
-		{"MCP namespace", `return [Object.keys(MCP), Object.keys(MCP.github).sort(), typeof namespaces.mcp.github.createIssue]`,
-			`[["github"],["$api","createIssue"],"function"]`},
+		{
+			"MCP namespace", `return [Object.keys(MCP), Object.keys(MCP.github).sort(), typeof namespaces.mcp.github.createIssue]`,
+			`[["github"],["$api","createIssue"],"function"]`,
+		},
 		{"MCP call", `const [r] = await Promise.all([MCP.github.createIssue({owner: "o", repo: "r", title: "t"}), null]); return r`, `{"number":7}`},
 		{"MCP $api", `return (await MCP.github.$api()).includes("function createIssue(input: { owner: string; repo: string; title: string }): Promise<McpToolResult>")`, `true`},
-		{"API list and read", `const files = await API.list("mcp"); return [files, (await API.read(files[0])).startsWith("declare namespace MCP.github")]`,
-			`[["mcp/github.d.ts"],true]`},
+		{
+			"API list and read", `const files = await API.list("mcp"); return [files, (await API.read(files[0])).startsWith("declare namespace MCP.github")]`,
+			`[["mcp/github.d.ts"],true]`,
+		},
 		{"API read unknown", `try { await API.read("mcp/nope.d.ts") } catch (e) { return e.message }`, `"API file not found: mcp/nope.d.ts"`},
-		{"host errors are plain Errors", `try { await tools.callValue("openclaw:core:explode") } catch (e) { return [e instanceof Error, e.constructor === Error, e.message] }`,
-			`[true,true,"tool exploded"]`},
+		{
+			"host errors are plain Errors", `try { await tools.callValue("openclaw:core:explode") } catch (e) { return [e instanceof Error, e.constructor === Error, e.message] }`,
+			`[true,true,"tool exploded"]`,
+		},
 		{"Math.random is seeded", `const a = Math.random(); return a >= 0 && a < 1 && a !== Math.random()`, `true`},
 	}
 	for _, tt := range tests {

@@ -63,9 +63,11 @@ func testCatalog() []sandbox.Tool {
 		tool("openclaw:two:dup", "dup", "Second dup.", "{}"),
 		tool("openclaw:core:search", "search", "A tool named like the helper.", "{}"),
 		{
-			CatalogEntry: sandbox.CatalogEntry{ID: "mcp:github:create_issue", Name: "create_issue",
+			CatalogEntry: sandbox.CatalogEntry{
+				ID: "mcp:github:create_issue", Name: "create_issue",
 				Description: "Create a GitHub issue.", Source: "mcp", SourceName: "github",
-				Input: "{ owner: string; repo: string; title: string }"},
+				Input: "{ owner: string; repo: string; title: string }",
+			},
 			Parameters: json.RawMessage(`{"type":"object"}`),
 		},
 	}

@@ -3,7 +3,6 @@ package sandbox_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"testing"
 	"unicode/utf8"
 
@@ -82,7 +81,7 @@ func TestContextEndsRun(t *testing.T) {
 	ctx, cancel2 := context.WithTimeout(context.Background(), 0)
 	defer cancel2()
 	_, err = testEngine.Exec(ctx, &sandbox.ExecRequest{Input: sandbox.Input{Code: `return 1`}})
-	require.True(t, errors.Is(err, contracts.ErrCancelled))
+	require.ErrorIs(t, err, contracts.ErrCancelled)
 }
 
 // TestMemoryBomb: exceeding the memory limit fails the run (the VM is never
@@ -157,8 +156,10 @@ func TestOutputLimit(t *testing.T) {
 // output back. Whatever goes in, the run completes, the string round-trips
 // and every result is valid UTF-8 JSON.
 func FuzzJSONCrossing(f *testing.F) {
-	for _, s := range []string{"", "plain", "héllo 世界", "\x00nul", "\xed\xa0\x80", "\xff\xfe", `{"a":[1,2,{"b":null}]}`,
-		"\"quoted\\\"", "\u2028\u2029", "1e400", "-0", `[1e308, 5e-324]`, "🎉", `{"__proto__":{"x":1}}`} {
+	for _, s := range []string{
+		"", "plain", "héllo 世界", "\x00nul", "\xed\xa0\x80", "\xff\xfe", `{"a":[1,2,{"b":null}]}`,
+		"\"quoted\\\"", "\u2028\u2029", "1e400", "-0", `[1e308, 5e-324]`, "🎉", `{"__proto__":{"x":1}}`,
+	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -120,8 +120,10 @@ func (e *Engine) Exec(ctx context.Context, req *ExecRequest) (*Outcome, error) {
 	st := hostState{RunID: runID, Tools: req.Catalog, Limits: limits}
 	fail := func(err error) (*Outcome, error) {
 		ce := contracts.AsError(err)
-		return &Outcome{Result: Result{Status: StatusFailed, Error: ce.Message, Code: ce.Code,
-			Telemetry: Telemetry{DurationMs: ms(time.Since(began))}}}, nil
+		return &Outcome{Result: Result{
+			Status: StatusFailed, Error: ce.Message, Code: ce.Code,
+			Telemetry: Telemetry{DurationMs: ms(time.Since(began))},
+		}}, nil
 	}
 	if limits.MemoryLimitBytes > e.maxMem {
 		return fail(contracts.Errorf(contracts.CodeInvalidInput, "memoryLimitBytes %d exceeds the engine's maximum %d", limits.MemoryLimitBytes, e.maxMem))
@@ -184,8 +186,10 @@ func (e *Engine) Resume(ctx context.Context, req *ResumeRequest) (*Outcome, erro
 	}
 	began := time.Now()
 	fail := func(code contracts.ErrorCode, format string, args ...any) (*Outcome, error) {
-		return &Outcome{Result: Result{Status: StatusFailed, Error: fmt.Sprintf(format, args...), Code: code,
-			Telemetry: Telemetry{DurationMs: ms(time.Since(began))}}}, nil
+		return &Outcome{Result: Result{
+			Status: StatusFailed, Error: fmt.Sprintf(format, args...), Code: code,
+			Telemetry: Telemetry{DurationMs: ms(time.Since(began))},
+		}}, nil
 	}
 	maxBytes := req.Limits.withDefaults(e.limits).MaxSnapshotBytes
 	snap, err := e.codec.Decode(req.Snapshot, maxBytes)
@@ -282,6 +286,7 @@ func (r *run) release(ctx context.Context) {
 }
 
 func (r *run) applyLimits(ctx context.Context) error {
+	//nolint:gosec // G115: Exec refuses and Resume clamps a limit above the engine's maximum, which NewEngine caps at 1 GiB
 	if err := r.vm.SetMemoryLimit(ctx, uint32(r.st.Limits.MemoryLimitBytes)); err != nil {
 		return err
 	}
@@ -494,7 +499,7 @@ func (r *run) search(ctx context.Context, payload string) (engine.Value, error) 
 	defer cancel()
 	hits, err := r.bridge.Search(ctx, r.cat, q.Query, limit)
 	if err != nil {
-		return 0, fmt.Errorf("tools.search: %s", err)
+		return 0, fmt.Errorf("tools.search: %w", err)
 	}
 	if len(hits) > limit {
 		hits = hits[:limit]
@@ -527,7 +532,7 @@ func (r *run) describe(ctx context.Context, payload string) (engine.Value, error
 	defer cancel()
 	d, err := r.bridge.Describe(ctx, t)
 	if err != nil {
-		return 0, fmt.Errorf("tools.describe: %s", err)
+		return 0, fmt.Errorf("tools.describe: %w", err)
 	}
 	if len(d.Parameters) == 0 {
 		d.Parameters = json.RawMessage("{}")
@@ -696,8 +701,10 @@ func (r *run) finish(ctx context.Context, err error) (*Outcome, error) {
 		if errors.Is(serr, snapshot.ErrTooLarge) {
 			code = contracts.CodeSnapshotLimitExceeded
 		}
-		res = Result{Status: StatusFailed, Code: code, Error: "code mode snapshot: " + serr.Error(),
-			Output: r.st.Output, Telemetry: r.st.Telemetry}
+		res = Result{
+			Status: StatusFailed, Code: code, Error: "code mode snapshot: " + serr.Error(),
+			Output: r.st.Output, Telemetry: r.st.Telemetry,
+		}
 		return &Outcome{Result: res}, nil
 	}
 	res.Telemetry.SnapshotBytes = len(blob)

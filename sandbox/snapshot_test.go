@@ -264,8 +264,10 @@ func TestForeignBuild(t *testing.T) {
 	requireFailed(t, res, "internal_error", "different quickjs.wasm build")
 
 	// The foreign engine works on its own snapshots.
-	mine, err := foreign.Exec(context.Background(), &sandbox.ExecRequest{Input: sandbox.Input{Code: `return await tools.slow_add({})`},
-		Catalog: testCatalog(), Bridge: newBridge()})
+	mine, err := foreign.Exec(context.Background(), &sandbox.ExecRequest{
+		Input:   sandbox.Input{Code: `return await tools.slow_add({})`},
+		Catalog: testCatalog(), Bridge: newBridge(),
+	})
 	require.NoError(t, err)
 	res, err = foreign.Resume(context.Background(), &sandbox.ResumeRequest{Snapshot: mine.Snapshot, Settlements: []sandbox.Settlement{ok("call_1", 4)}})
 	require.NoError(t, err)
@@ -326,8 +328,10 @@ func TestConcurrentRuns(t *testing.T) {
 					errs <- "exec: " + out.Result.Error
 					continue
 				}
-				res, err := b.e.Resume(ctx, &sandbox.ResumeRequest{Snapshot: out.Snapshot,
-					Settlements: []sandbox.Settlement{ok("call_2", 1)}, Bridge: b.bridge})
+				res, err := b.e.Resume(ctx, &sandbox.ResumeRequest{
+					Snapshot:    out.Snapshot,
+					Settlements: []sandbox.Settlement{ok("call_2", 1)}, Bridge: b.bridge,
+				})
 				if err != nil || string(res.Result.Value) != itoa(w*100+i+1) {
 					errs <- "resume: " + res.Result.Error + " " + string(res.Result.Value)
 				}

@@ -18,6 +18,9 @@ import (
 // PageSize is the wasm page size.
 const PageSize = 65536
 
+// maxPages is the most pages a wasm32 memory can have.
+const maxPages = 65536
+
 // Config configures a Runtime.
 type Config struct {
 	// Wasm is the quickjs.wasm module.
@@ -216,14 +219,18 @@ func (rt *Runtime) Restore(ctx context.Context, memory []byte, regs Registers) (
 
 func (vm *VM) load(ctx context.Context, memory []byte, regs Registers) error {
 	mem := vm.mod.Memory()
-	pages := uint32(len(memory) / PageSize)
+	n := len(memory) / PageSize
+	if n > maxPages {
+		return fmt.Errorf("restore: memory of %d bytes exceeds the wasm32 limit", len(memory))
+	}
+	pages := uint32(n)
 	cur := mem.Size() / PageSize
 	if pages > cur {
 		if _, ok := mem.Grow(pages - cur); !ok {
 			return fmt.Errorf("restore: cannot grow memory to %d pages", pages)
 		}
 	}
-	if mem.Size() != uint32(len(memory)) {
+	if int(mem.Size()) != len(memory) {
 		return fmt.Errorf("restore: memory has %d bytes, want %d", mem.Size(), len(memory))
 	}
 	if !mem.Write(0, memory) {
@@ -244,7 +251,7 @@ func (rt *Runtime) Load(ctx context.Context, vm *VM, memory []byte, regs Registe
 	if vm.dead {
 		return ErrDead
 	}
-	if len(memory)%PageSize != 0 || len(memory) < len(rt.image) || vm.MemorySize() > uint32(len(memory)) {
+	if len(memory)%PageSize != 0 || len(memory) < len(rt.image) || int(vm.MemorySize()) > len(memory) {
 		return fmt.Errorf("load: memory of %d bytes does not fit a VM of %d bytes", len(memory), vm.MemorySize())
 	}
 	return vm.load(ctx, memory, regs)
@@ -257,7 +264,7 @@ func (rt *Runtime) Reset(ctx context.Context, vm *VM) error {
 	if vm.dead {
 		return ErrDead
 	}
-	if vm.mod.Memory().Size() != uint32(len(rt.image)) {
+	if int(vm.mod.Memory().Size()) != len(rt.image) {
 		return errors.New("memory grew past the image")
 	}
 	vm.handler = nil

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/tetratelabs/wazero/api"
@@ -262,6 +263,9 @@ func (vm *VM) Dup(ctx context.Context, v Value) (Value, error) {
 }
 
 func (vm *VM) malloc(ctx context.Context, n int) (uint32, error) {
+	if n < 0 || n > math.MaxUint32 {
+		return 0, &JSError{Name: "InternalError", Message: "out of memory", Uncatchable: true}
+	}
 	p, err := vm.call1(ctx, vm.fn.malloc, uint64(n))
 	if err != nil {
 		return 0, err
@@ -435,6 +439,9 @@ func (vm *VM) Call(ctx context.Context, fn, this Value, args ...Value) (Value, e
 
 // NewHostFunction returns a function that calls the handler with name.
 func (vm *VM) NewHostFunction(ctx context.Context, name string, arity int) (Value, error) {
+	if arity < 0 || arity > math.MaxInt32 {
+		return 0, fmt.Errorf("host function %q: arity %d out of range", name, arity)
+	}
 	p, err := vm.writeCString(ctx, name)
 	if err != nil {
 		return 0, err

@@ -33,6 +33,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 
 	"github.com/klauspost/compress/zstd"
@@ -86,6 +87,9 @@ type Codec struct {
 
 // NewCodec returns a codec. maxMemory bounds the memory a snapshot may hold.
 func NewCodec(key []byte, wasmSHA, imageSHA [32]byte, image []byte, maxMemory int) (*Codec, error) {
+	if maxMemory <= 0 || maxMemory > math.MaxUint32 {
+		return nil, fmt.Errorf("snapshot: maxMemory %d out of range", maxMemory)
+	}
 	n := runtime.GOMAXPROCS(0)
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(n),
 		zstd.WithLowerEncoderMem(true))
@@ -94,7 +98,7 @@ func NewCodec(key []byte, wasmSHA, imageSHA [32]byte, image []byte, maxMemory in
 	}
 	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(n), zstd.WithDecoderMaxMemory(uint64(maxMemory)+64<<20))
 	if err != nil {
-		enc.Close()
+		_ = enc.Close()
 		return nil, err
 	}
 	return &Codec{
@@ -115,19 +119,27 @@ func (c *Codec) Encode(s *Snapshot, max int) ([]byte, error) {
 	if len(s.Memory)%pageSize != 0 || len(s.Memory) < len(c.image) {
 		return nil, fmt.Errorf("snapshot memory of %d bytes is not a page multiple at least as large as the image", len(s.Memory))
 	}
+	memLen, hostLen := len(s.Memory), len(s.Host)
+	if memLen > math.MaxUint32 || hostLen > math.MaxUint32 {
+		return nil, fmt.Errorf("%w: memory of %d bytes, host state of %d bytes", ErrTooLarge, memLen, hostLen)
+	}
 	raw := c.delta(s.Host, s.Memory)
 	out := make([]byte, headerSize, headerSize+len(raw)/8+macSize)
 	copy(out[0:4], magic[:])
 	out[4] = Version
 	copy(out[8:40], c.wasmSHA[:])
 	copy(out[40:72], c.imageSHA[:])
-	binary.LittleEndian.PutUint32(out[72:], uint32(len(s.Memory)))
+	binary.LittleEndian.PutUint32(out[72:], uint32(memLen))
 	binary.LittleEndian.PutUint32(out[76:], s.StackPointer)
 	binary.LittleEndian.PutUint32(out[80:], s.RuntimePtr)
 	binary.LittleEndian.PutUint32(out[84:], s.ContextPtr)
-	binary.LittleEndian.PutUint32(out[88:], uint32(len(s.Host)))
+	binary.LittleEndian.PutUint32(out[88:], uint32(hostLen))
 	out = c.enc.EncodeAll(raw, out)
-	binary.LittleEndian.PutUint32(out[92:], uint32(len(out)-headerSize))
+	body := len(out) - headerSize
+	if body > math.MaxUint32 {
+		return nil, fmt.Errorf("%w: %d compressed bytes", ErrTooLarge, body)
+	}
+	binary.LittleEndian.PutUint32(out[92:], uint32(body))
 	mac := hmac.New(sha256.New, c.key)
 	mac.Write(out)
 	out = mac.Sum(out)

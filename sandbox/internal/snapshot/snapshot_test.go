@@ -10,15 +10,15 @@ import (
 
 var key = []byte("0123456789abcdef0123456789abcdef")
 
-func testCodec(t testing.TB, wasm string) (*Codec, []byte) {
-	t.Helper()
+func testCodec(tb testing.TB, wasm string) (*Codec, []byte) {
+	tb.Helper()
 	image := make([]byte, 2*pageSize)
 	for i := range image {
 		image[i] = byte(i * 7)
 	}
 	c, err := NewCodec(key, sha256.Sum256([]byte(wasm)), sha256.Sum256(image), image, 8*pageSize)
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	require.NoError(tb, err)
+	tb.Cleanup(c.Close)
 	return c, image
 }
 
