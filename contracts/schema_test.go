@@ -3,7 +3,6 @@ package contracts_test
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -460,7 +459,7 @@ func requireInvalidInput(t *testing.T, err error) {
 	t.Helper()
 	require.Error(t, err)
 	var ce *contracts.Error
-	require.True(t, errors.As(err, &ce), "error %v (%T) is not a *contracts.Error", err, err)
+	require.ErrorAs(t, err, &ce, "error %v (%T) is not a *contracts.Error", err, err)
 	require.Equal(t, contracts.CodeInvalidInput, ce.Code)
 	require.ErrorIs(t, err, contracts.ErrInvalidInput)
 }

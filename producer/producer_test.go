@@ -3,7 +3,6 @@ package producer_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -18,7 +17,7 @@ import (
 	"github.com/toolq/toolq/producer"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 type bundle struct {
 	nc     *nats.Conn

@@ -41,7 +41,7 @@ func BenchmarkProviderPath(b *testing.B) {
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
 	tool, err := providers.NewCodeExecution(&providers.Config{
-		Providers:  map[string]*providers.ProviderConfig{"xai": {APIKey: "xai-bench-key", BaseURL: srv.URL}},
+		Providers:  map[string]*providers.ProviderConfig{"xai": {APIKey: "xai-bench-key", BaseURL: srv.URL}}, //nolint:gosec // G101: a fake key for a test server
 		HTTPClient: hc,
 		Getenv:     func(string) string { return "" },
 		Logger:     slog.New(slog.DiscardHandler),
@@ -103,7 +103,7 @@ func BenchmarkOpenBreaker(b *testing.B) {
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
 	tool, err := providers.NewCodeExecution(&providers.Config{
-		Providers:  map[string]*providers.ProviderConfig{"xai": {APIKey: "xai-bench-key", BaseURL: srv.URL}},
+		Providers:  map[string]*providers.ProviderConfig{"xai": {APIKey: "xai-bench-key", BaseURL: srv.URL}}, //nolint:gosec // G101: a fake key for a test server
 		HTTPClient: &http.Client{Transport: tr},
 		Getenv:     func(string) string { return "" },
 		Logger:     slog.New(slog.DiscardHandler),

@@ -160,9 +160,10 @@ func failoverable(err error) bool {
 func toContract(ctx context.Context, a *attemptError, trail []FailoverStep) *contracts.Error {
 	if ctx.Err() != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return withDetails(&contracts.Error{Code: contracts.CodeTimeout, Retryable: true,
-				Message: fmt.Sprintf("code_execution did not finish before the job's deadline (%s, %d attempt(s))", a.provider, a.attempts)},
-				a, trail, 0, 0)
+			return withDetails(&contracts.Error{
+				Code: contracts.CodeTimeout, Retryable: true,
+				Message: fmt.Sprintf("code_execution did not finish before the job's deadline (%s, %d attempt(s))", a.provider, a.attempts),
+			}, a, trail, 0, 0)
 		}
 		return withDetails(&contracts.Error{Code: contracts.CodeCancelled, Message: "code_execution was cancelled"}, a, trail, 0, 0)
 	}

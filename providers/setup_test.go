@@ -96,14 +96,18 @@ func okBody(p, text string) []byte {
 		v = map[string]any{
 			"id": "resp_1", "model": model, "status": "completed",
 			"output": []any{
-				map[string]any{"type": "code_interpreter_call", "status": "completed", "code": "print(42)",
-					"outputs": []any{map[string]any{"type": "logs", "logs": logs}}},
+				map[string]any{
+					"type": "code_interpreter_call", "status": "completed", "code": "print(42)",
+					"outputs": []any{map[string]any{"type": "logs", "logs": logs}},
+				},
 				map[string]any{"type": "message", "role": "assistant", "content": []any{
 					map[string]any{"type": "output_text", "text": text[:len(text)/2], "annotations": []any{
-						map[string]any{"type": "url_citation", "url": "https://example.com/input.csv"}}},
+						map[string]any{"type": "url_citation", "url": "https://example.com/input.csv"},
+					}},
 					map[string]any{"type": "output_text", "text": text[len(text)/2:], "annotations": []any{
 						map[string]any{"type": "url_citation", "url": "https://example.com/result.csv"},
-						map[string]any{"type": "url_citation", "url": "https://example.com/input.csv"}}},
+						map[string]any{"type": "url_citation", "url": "https://example.com/input.csv"},
+					}},
 				}},
 			},
 			"usage": map[string]any{"input_tokens": 100, "output_tokens": 20, "server_side_tool_usage_details": map[string]any{"code_interpreter_calls": 1}},

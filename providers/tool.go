@@ -282,8 +282,10 @@ func (t *CodeExecution) Execute(ctx context.Context, in *Input) (*Details, error
 		if err != nil && pctx.Err() != nil && ctx.Err() == nil {
 			// This provider used up its share of the deadline; the next
 			// one gets the rest.
-			err = &provider.Error{Provider: name, Kind: provider.KindTransport,
-				Message: "no answer within this provider's share of the job's deadline", Err: err}
+			err = &provider.Error{
+				Provider: name, Kind: provider.KindTransport,
+				Message: "no answer within this provider's share of the job's deadline", Err: err,
+			}
 		}
 		cancel()
 		if err == nil {
@@ -416,8 +418,10 @@ func (t *CodeExecution) runProvider(ctx context.Context, b *backend, in *Input, 
 func attemptTimeout(ctx context.Context, err error, timeout time.Duration) error {
 	var pe *provider.Error
 	if err != nil && ctx.Err() == nil && errors.As(err, &pe) && pe.Kind == provider.KindCancelled {
-		return &provider.Error{Provider: pe.Provider, Kind: provider.KindTransport,
-			Message: fmt.Sprintf("no answer within the attempt timeout of %s", timeout), Err: pe}
+		return &provider.Error{
+			Provider: pe.Provider, Kind: provider.KindTransport,
+			Message: fmt.Sprintf("no answer within the attempt timeout of %s", timeout), Err: pe,
+		}
 	}
 	return err
 }

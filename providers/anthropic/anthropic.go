@@ -17,7 +17,7 @@ const (
 	DefaultBaseURL = "https://api.anthropic.com"
 	DefaultModel   = "claude-sonnet-4-5"
 	// EnvAPIKey is the environment variable holding the API key.
-	EnvAPIKey = "ANTHROPIC_API_KEY"
+	EnvAPIKey = "ANTHROPIC_API_KEY" //nolint:gosec // G101: the name of an environment variable, not a key
 	// Version is the anthropic-version header.
 	Version = "2023-06-01"
 	// Beta is the anthropic-beta header enabling the tool.

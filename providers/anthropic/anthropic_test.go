@@ -69,7 +69,7 @@ func TestRequestHeadersAndBody(t *testing.T) {
 	t.Parallel()
 	srv := providertest.NewServer(t, providertest.JSON(200, answer(providertest.Canonical)))
 	c := anthropic.New(&anthropic.Config{BaseURL: srv.URL})
-	r, err := c.Execute(context.Background(), &provider.Request{Task: "mean", APIKey: "sk-ant-test"})
+	r, err := c.Execute(context.Background(), &provider.Request{Task: "mean", APIKey: "sk-ant-test"}) //nolint:gosec // G101: a fake key for a test server
 	require.NoError(t, err)
 	require.Equal(t, "claude-sonnet-4-5-20250929", r.Model)
 	req := srv.Requests()[0]

@@ -18,8 +18,8 @@ const (
 	DefaultModel   = "gemini-2.5-flash"
 	// EnvAPIKey is the environment variable holding the API key;
 	// EnvAPIKeyAlt is read when it is unset.
-	EnvAPIKey    = "GEMINI_API_KEY"
-	EnvAPIKeyAlt = "GOOGLE_API_KEY"
+	EnvAPIKey    = "GEMINI_API_KEY" //nolint:gosec // G101: the name of an environment variable, not a key
+	EnvAPIKeyAlt = "GOOGLE_API_KEY" //nolint:gosec // G101: the name of an environment variable, not a key
 )
 
 // Config configures a Client.

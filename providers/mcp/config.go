@@ -87,7 +87,7 @@ func ParseConfig(data []byte) (*Config, error) {
 
 // LoadConfig reads ParseConfig's format from a file.
 func LoadConfig(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := os.ReadFile(path) //nolint:gosec // G304: the operator names the MCP config file
 	if err != nil {
 		return nil, fmt.Errorf("mcp config: %w", err)
 	}
@@ -167,7 +167,7 @@ func (c Config) withDefaults() (Config, error) {
 // as the code-mode sandbox derives it.
 func Namespace(server string) string {
 	parts := strings.FieldsFunc(server, func(r rune) bool {
-		return !(r < utf8.RuneSelf && (unicode.IsLetter(r) || unicode.IsDigit(r)))
+		return r >= utf8.RuneSelf || (!unicode.IsLetter(r) && !unicode.IsDigit(r))
 	})
 	var b strings.Builder
 	for i, p := range parts {

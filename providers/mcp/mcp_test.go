@@ -120,6 +120,7 @@ func transports(t *testing.T, f func(t *testing.T, server string, s *mcp.Servers
 func TestListTools(t *testing.T) {
 	t.Parallel()
 	transports(t, func(t *testing.T, server string, s *mcp.Servers) {
+		t.Helper()
 		tools := byName(t, s)
 		p := "mcp." + server + "."
 		for _, n := range []string{"add", "broken", "echo", "fail", "pid"} {
@@ -179,6 +180,7 @@ func TestListTools(t *testing.T) {
 func TestCall(t *testing.T) {
 	t.Parallel()
 	transports(t, func(t *testing.T, server string, s *mcp.Servers) {
+		t.Helper()
 		tools := byName(t, s)
 		p := "mcp." + server + "."
 
@@ -215,6 +217,7 @@ func TestCall(t *testing.T) {
 func TestCallRefused(t *testing.T) {
 	t.Parallel()
 	transports(t, func(t *testing.T, server string, s *mcp.Servers) {
+		t.Helper()
 		tools := byName(t, s)
 		p := "mcp." + server + "."
 		for _, c := range []struct{ tool, input, want string }{

@@ -17,7 +17,7 @@ const (
 	DefaultBaseURL = "https://api.openai.com"
 	DefaultModel   = "gpt-4.1"
 	// EnvAPIKey is the environment variable holding the API key.
-	EnvAPIKey = "OPENAI_API_KEY"
+	EnvAPIKey = "OPENAI_API_KEY" //nolint:gosec // G101: the name of an environment variable, not a key
 )
 
 // Config configures a Client.

@@ -28,23 +28,25 @@ type policyBundle struct {
 // setupPolicy builds a PATH of fake executables and a worker policy in
 // allowlist mode over it. Wrappers (env, sh, xargs, nice, lnenv) are
 // allowlisted on purpose: they must still not pass.
-func setupPolicy(t testing.TB) *policyBundle {
-	t.Helper()
-	root := t.TempDir()
+func setupPolicy(tb testing.TB) *policyBundle {
+	tb.Helper()
+	root := tb.TempDir()
 	b := &policyBundle{
 		bin:   filepath.Join(root, "bin"),
 		other: filepath.Join(root, "other"),
 		work:  filepath.Join(root, "work"),
 	}
 	for _, d := range []string{b.bin, b.other, b.work, filepath.Join(b.work, "sub")} {
-		require.NoError(t, os.MkdirAll(d, 0o755))
+		require.NoError(tb, os.MkdirAll(d, 0o750))
 	}
 	for _, n := range fakeBins {
-		require.NoError(t, os.WriteFile(filepath.Join(b.bin, n), []byte("#!/bin/sh\n"), 0o755))
+		//nolint:gosec // G306: a fake executable must have its exec bits; the temp dir is private
+		require.NoError(tb, os.WriteFile(filepath.Join(b.bin, n), []byte("#!/bin/sh\n"), 0o755))
 	}
-	require.NoError(t, os.WriteFile(filepath.Join(b.bin, "noexec"), []byte("x"), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(b.other, "ls"), []byte("#!/bin/sh\n"), 0o755))
-	require.NoError(t, os.Symlink(filepath.Join(b.bin, "env"), filepath.Join(b.bin, "lnenv")))
+	require.NoError(tb, os.WriteFile(filepath.Join(b.bin, "noexec"), []byte("x"), 0o600))
+	//nolint:gosec // G306: a fake executable must have its exec bits; the temp dir is private
+	require.NoError(tb, os.WriteFile(filepath.Join(b.other, "ls"), []byte("#!/bin/sh\n"), 0o755))
+	require.NoError(tb, os.Symlink(filepath.Join(b.bin, "env"), filepath.Join(b.bin, "lnenv")))
 	allow := []string{"ls", "cat", "echo", "env", "sh", "xargs", "nice", "lnenv", "true"}
 	for i, n := range allow {
 		allow[i] = filepath.Join(b.bin, n)
@@ -58,7 +60,7 @@ func setupPolicy(t testing.TB) *policyBundle {
 		AllowWorkerHost: true,
 		WorkdirRoots:    []string{b.work},
 	}
-	require.NoError(t, b.policy.Validate())
+	require.NoError(tb, b.policy.Validate())
 	return b
 }
 

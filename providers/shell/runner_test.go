@@ -44,7 +44,7 @@ func setupRun(t *testing.T, cfg *RunnerConfig) *runBundle {
 	sh, ok := p.ResolveShell()
 	require.True(t, ok, "bash is required on %s", p.PathEnv())
 	work := filepath.Join(t.TempDir(), "work")
-	require.NoError(t, os.Mkdir(work, 0o755))
+	require.NoError(t, os.Mkdir(work, 0o750))
 	return &runBundle{runner: r, policy: p, shell: sh, work: work}
 }
 
@@ -63,7 +63,7 @@ func mkfifo(t *testing.T, dir string) string {
 
 func readLine(t *testing.T, fifo string) string {
 	t.Helper()
-	f, err := os.Open(fifo)
+	f, err := os.Open(fifo) //nolint:gosec // G304: a FIFO the test made in its temp dir
 	require.NoError(t, err)
 	defer f.Close()
 	line, err := bufio.NewReader(f).ReadString('\n')
@@ -157,7 +157,7 @@ wait`, pidfile, fifo)
 	require.Equal(t, "ready", readLine(t, fifo))
 	var pids []int
 	for _, f := range []string{pidfile, pidfile + ".2"} {
-		raw, err := os.ReadFile(f)
+		raw, err := os.ReadFile(f) //nolint:gosec // G304: a pid file in the test's temp dir
 		require.NoError(t, err)
 		pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
 		require.NoError(t, err)
@@ -204,7 +204,7 @@ func TestRunExitKillsLeftovers(t *testing.T) {
 	res, err := b.runner.Run(context.Background(), b.plan(HostWorker, fmt.Sprintf(`sleep 1000 >/dev/null 2>&1 & echo $! > %s`, pidfile), 10*time.Second))
 	require.NoError(t, err)
 	require.Equal(t, 0, res.ExitCode)
-	raw, err := os.ReadFile(pidfile)
+	raw, err := os.ReadFile(pidfile) //nolint:gosec // G304: a pid file in the test's temp dir
 	require.NoError(t, err)
 	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
 	require.NoError(t, err)
@@ -265,6 +265,7 @@ func TestSandboxFailsClosed(t *testing.T) {
 	// A bwrap that cannot set up its namespaces (as where user namespaces
 	// are restricted): it never reports an exit code.
 	fake := filepath.Join(t.TempDir(), "bwrap")
+	//nolint:gosec // G306: a fake bwrap must have its exec bits; the temp dir is private
 	require.NoError(t, os.WriteFile(fake, []byte("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n"), 0o755))
 	b = setupRun(t, &RunnerConfig{Bwrap: fake})
 	_, err = b.runner.Run(context.Background(), b.plan(HostSandbox, "echo hi", 5*time.Second))
@@ -447,6 +448,7 @@ func TestAllowedScriptRunsCheckedArgv(t *testing.T) {
 	t.Parallel()
 	pb := setupPolicy(t)
 	for _, n := range fakeBins {
+		//nolint:gosec // G306: a fake executable must have its exec bits; the temp dir is private
 		require.NoError(t, os.WriteFile(filepath.Join(pb.bin, n), []byte("#!/bin/sh\nprintf '%s\\0' \"$0\" \"$@\" > \"$ARGV_DIR/$$\"\n"), 0o755))
 	}
 	rb := setupRun(t, nil)
@@ -469,7 +471,7 @@ func TestAllowedScriptRunsCheckedArgv(t *testing.T) {
 		d := Evaluate(p, in)
 		require.Equal(t, Allow, d.Outcome, "%q: %s", cmd, d.Reason)
 		argvDir := filepath.Join(pb.work, fmt.Sprintf("argv%d", time.Now().UnixNano()))
-		require.NoError(t, os.Mkdir(argvDir, 0o755))
+		require.NoError(t, os.Mkdir(argvDir, 0o750))
 		in.Env = map[string]string{"ARGV_DIR": argvDir}
 		pl, err := NewPlan(p, in, &d)
 		require.NoError(t, err)
@@ -481,7 +483,7 @@ func TestAllowedScriptRunsCheckedArgv(t *testing.T) {
 		require.NoError(t, err)
 		var got []string
 		for _, e := range ents {
-			raw, err := os.ReadFile(filepath.Join(argvDir, e.Name()))
+			raw, err := os.ReadFile(filepath.Join(argvDir, e.Name())) //nolint:gosec // G304: a file the fake binaries wrote in the test's temp dir
 			require.NoError(t, err)
 			got = append(got, string(raw))
 		}

@@ -17,7 +17,7 @@ const (
 	DefaultBaseURL = "https://api.x.ai"
 	DefaultModel   = "grok-4.6"
 	// EnvAPIKey is the environment variable holding the API key.
-	EnvAPIKey = "XAI_API_KEY"
+	EnvAPIKey = "XAI_API_KEY" //nolint:gosec // G101: the name of an environment variable, not a key
 	// ToolCallUSD is xAI's published price of one code_interpreter call
 	// ($5 per 1,000 calls), charged on top of tokens.
 	ToolCallUSD = 0.005

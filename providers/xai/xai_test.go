@@ -96,7 +96,7 @@ func send(t *testing.T, model string, maxTurns int) (body, map[string]any) {
 	t.Helper()
 	srv := providertest.NewServer(t, providertest.JSON(200, answer(providertest.Canonical)))
 	c := xai.New(&xai.Config{BaseURL: srv.URL})
-	_, err := c.Execute(context.Background(), &provider.Request{Task: "mean of 40 42 44", Model: model, MaxTurns: maxTurns, APIKey: "xai-plugin-key"})
+	_, err := c.Execute(context.Background(), &provider.Request{Task: "mean of 40 42 44", Model: model, MaxTurns: maxTurns, APIKey: "xai-plugin-key"}) //nolint:gosec // G101: a fake key for a test server
 	require.NoError(t, err)
 	reqs := srv.Requests()
 	require.Len(t, reqs, 1)

@@ -80,8 +80,8 @@ type Request struct {
 
 // NewServer starts a server answering with h (after recording the request),
 // closed when the test ends.
-func NewServer(t testing.TB, h http.HandlerFunc) *Server {
-	t.Helper()
+func NewServer(tb testing.TB, h http.HandlerFunc) *Server {
+	tb.Helper()
 	s := &Server{handler: h}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -91,7 +91,7 @@ func NewServer(t testing.TB, h http.HandlerFunc) *Server {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		s.handler(w, r)
 	}))
-	t.Cleanup(s.Close)
+	tb.Cleanup(s.Close)
 	return s
 }
 
@@ -112,16 +112,17 @@ func JSON(status int, body []byte) http.HandlerFunc {
 }
 
 // Drop closes the connection without answering.
-func Drop(t testing.TB) http.HandlerFunc {
+func Drop(tb testing.TB) http.HandlerFunc {
+	tb.Helper()
 	return func(w http.ResponseWriter, _ *http.Request) {
 		hj, ok := w.(http.Hijacker)
 		if !ok {
-			t.Error("response writer cannot hijack")
+			tb.Error("response writer cannot hijack")
 			return
 		}
 		conn, _, err := hj.Hijack()
 		if err != nil {
-			t.Error(err)
+			tb.Error(err)
 			return
 		}
 		_ = conn.Close()
@@ -297,7 +298,7 @@ func Run(t *testing.T, h Harness) {
 		<-arrived
 		cancel()
 		err := <-errc
-		requireKind(t, err, provider.KindCancelled)
+		_ = requireKind(t, err, provider.KindCancelled)
 		require.ErrorIs(t, err, context.Canceled)
 	})
 
@@ -308,7 +309,7 @@ func Run(t *testing.T, h Harness) {
 		// The server echoes the key back, as some error bodies do.
 		srv := NewServer(t, JSON(401, h.ErrorBody(401, "invalid key "+TestKey+" and xai-ABCDEFGHIJKLMNOP")))
 		_, err := execute(t, h, srv.URL, log)
-		requireKind(t, err, provider.KindAuth)
+		_ = requireKind(t, err, provider.KindAuth)
 		out := buf.String()
 		require.Contains(t, out, "provider request")
 		require.Contains(t, out, "provider response")
