@@ -158,7 +158,7 @@ type atPayload struct {
 	At int64  `json:"at"`
 }
 
-func (e *Asynq) markerKey() string { return "toolq:" + e.Client.Bucket() + ":alive" }
+func (e *Asynq) markerKey() string { return "toolq:" + e.Bucket() + ":alive" }
 
 // Start connects to Redis, registers every stored schedule, catches missed
 // periodic firings up once and runs asynq's Scheduler and Server.
@@ -168,7 +168,8 @@ func (e *Asynq) Start(ctx context.Context) error {
 		return err
 	}
 	if err := e.start(ctx, lctx); err != nil {
-		_ = e.Stop(context.Background())
+		// Clean up even when the failure was ctx running out.
+		_ = e.Stop(context.WithoutCancel(ctx))
 		return err
 	}
 	return nil
@@ -516,7 +517,7 @@ func (e *Asynq) handleAt(ctx context.Context, t *asynq.Task) error {
 func (e *Asynq) handleSubmit(ctx context.Context, t *asynq.Task) error {
 	var p SubmitPayload
 	if err := json.Unmarshal(t.Payload(), &p); err != nil {
-		return fmt.Errorf("toolq:submit payload: %v: %w", err, asynq.SkipRetry)
+		return fmt.Errorf("toolq:submit payload: %w: %w", err, asynq.SkipRetry)
 	}
 	if p.ID == "" {
 		tid, _ := asynq.GetTaskID(ctx)

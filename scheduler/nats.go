@@ -86,7 +86,8 @@ func (e *NATS) Start(ctx context.Context) error {
 		return err
 	}
 	if err := e.start(ctx, lctx); err != nil {
-		_ = e.Stop(context.Background())
+		// Clean up even when the failure was ctx running out.
+		_ = e.Stop(context.WithoutCancel(ctx))
 		return err
 	}
 	return nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -42,13 +41,14 @@ func TestMain(m *testing.M) {
 	)
 }
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 type natsDriver struct{}
 
 func (natsDriver) Backend(*testing.T) schedulertest.Backend { return nil }
 
 func (natsDriver) New(t *testing.T, nc *nats.Conn, _ schedulertest.Backend) scheduler.Scheduler {
+	t.Helper()
 	e, err := scheduler.NewNATS(nc, &scheduler.NATSConfig{Logger: quiet()})
 	require.NoError(t, err)
 	return e
@@ -56,9 +56,13 @@ func (natsDriver) New(t *testing.T, nc *nats.Conn, _ schedulertest.Backend) sche
 
 type asynqDriver struct{}
 
-func (asynqDriver) Backend(t *testing.T) schedulertest.Backend { return testutil.StartRedis(t) }
+func (asynqDriver) Backend(t *testing.T) schedulertest.Backend {
+	t.Helper()
+	return testutil.StartRedis(t)
+}
 
 func (asynqDriver) New(t *testing.T, nc *nats.Conn, b schedulertest.Backend) scheduler.Scheduler {
+	t.Helper()
 	r := b.(*testutil.Redis)
 	e, err := scheduler.NewAsynq(nc, &scheduler.AsynqConfig{
 		Redis:              asynq.RedisClientOpt{Addr: r.Addr()},
@@ -222,7 +226,7 @@ func TestAsynqDuplicateTicksDeduplicated(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		jobs, ticks = int(info.State.Subjects[contracts.Subjects{}.Job("nobody.listens")]), q.Processed
+		jobs, ticks = int(info.State.Subjects[contracts.Subjects{}.Job("nobody.listens")]), q.Processed //nolint:gosec // G115: a count of a few messages
 		return jobs >= 5
 	}, 15*time.Second, 100*time.Millisecond)
 	require.GreaterOrEqual(t, ticks, jobs+jobs/2, "ticks handled %d, jobs %d", ticks, jobs)

@@ -23,7 +23,7 @@ func (w *Worker) startCancelWatch(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: cancels bucket: %w", err)
 	}
-	watcher, err := kv.WatchAll(w.runCtx, jetstream.IgnoreDeletes())
+	watcher, err := kv.WatchAll(w.runCtx, jetstream.IgnoreDeletes()) //nolint:contextcheck // the watch lives until Stop, not until Start's ctx ends
 	if err != nil {
 		return fmt.Errorf("worker: watch cancels: %w", err)
 	}
@@ -150,7 +150,7 @@ func (w *Worker) reapExhausted(adv maxDeliveriesAdvisory) {
 	if derr != nil {
 		job = nil
 	}
-	if err := w.publishDLQ(toolName, raw.Data, job, int(adv.Deliveries), werr); err != nil {
+	if err := w.publishDLQ(toolName, raw.Data, job, int(adv.Deliveries), werr); err != nil { //nolint:gosec // G115: at most the consumer's MaxDeliver, an int
 		w.log.Warn("max deliveries: DLQ write failed", slog.Any("err", err))
 		return
 	}
@@ -158,7 +158,7 @@ func (w *Worker) reapExhausted(adv maxDeliveriesAdvisory) {
 		ev, seq, err := w.events.Last(ctx, job.Session, job.ID)
 		if err == nil && (ev == nil || !ev.Data.Status.Terminal()) {
 			fe := contracts.NewEvent(w.source, job, contracts.StatusFailed, 1, time.Now())
-			fe.Data.Attempt = int(adv.Deliveries)
+			fe.Data.Attempt = int(adv.Deliveries) //nolint:gosec // G115: at most the consumer's MaxDeliver, an int
 			fe.Data.Error = werr
 			if _, err := w.events.Publish(ctx, fe, seq, ""); err != nil {
 				w.log.Debug("max deliveries: failed event", slog.Any("err", err))

@@ -256,10 +256,10 @@ func (w *Worker) startTool(ctx context.Context, t *tool) error {
 	t.cons = cons
 	if t.cfg.Ready != nil {
 		w.loops.Add(1)
-		go w.gate(t)
+		go w.gate(t) //nolint:contextcheck // the consume loop is owned by Start/Stop and uses the worker's run context
 		return nil
 	}
-	if err := w.resume(t); err != nil {
+	if err := w.resume(t); err != nil { //nolint:contextcheck // the consume loop is owned by Start/Stop and uses the worker's run context
 		return fmt.Errorf("worker: consume %s: %w", t.name, err)
 	}
 	return nil
@@ -481,7 +481,7 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
-	attempt := int(md.NumDelivered)
+	attempt := int(md.NumDelivered) //nolint:gosec // G115: at most the consumer's MaxDeliver, an int
 	job, err := contracts.DecodeJob(msg.Data())
 	if err == nil && job.Tool != t.name {
 		err = contracts.Errorf(contracts.CodeInvalidInput, "job tool %q does not match subject tool %q", job.Tool, t.name)

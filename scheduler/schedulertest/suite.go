@@ -16,6 +16,7 @@ import (
 // A delayed job fires within a second of its time (At is a whole second:
 // asynq scores are whole seconds), and the one-shot schedule is gone after.
 func testDelayed(t *testing.T, d Driver) {
+	t.Helper()
 	b := setup(t, d)
 	e := b.engine(t)
 	s, err := e.Create(ctxT(t, 5*time.Second), b.schedule(scheduler.Schedule{ID: "later", In: 1500 * time.Millisecond}))
@@ -38,6 +39,7 @@ func testDelayed(t *testing.T, d Driver) {
 
 // "@every 1s" fires N times in N seconds, ±1.
 func testEvery(t *testing.T, d Driver) {
+	t.Helper()
 	const n = 5
 	b := setup(t, d)
 	e := b.engine(t)
@@ -66,6 +68,7 @@ func testEvery(t *testing.T, d Driver) {
 // deterministically, and one real firing (the next minute, in a spec that
 // only matches the current hour of Europe/Berlin) arrives on time.
 func testCron(t *testing.T, d Driver) {
+	t.Helper()
 	b := setup(t, d)
 	e := b.engine(t)
 	ctx := ctxT(t, 90*time.Second)
@@ -103,6 +106,7 @@ func testCron(t *testing.T, d Driver) {
 
 // After Delete returns, no firing is enqueued.
 func testDelete(t *testing.T, d Driver) {
+	t.Helper()
 	b := setup(t, d)
 	e := b.engine(t)
 	ctx := ctxT(t, 20*time.Second)
@@ -125,6 +129,7 @@ func testDelete(t *testing.T, d Driver) {
 
 // Two scheduler instances at once: one job per firing over 20 firings.
 func testTwoInstances(t *testing.T, d Driver) {
+	t.Helper()
 	const n = 20
 	b := setup(t, d)
 	e1 := b.engine(t)
@@ -143,6 +148,7 @@ func testTwoInstances(t *testing.T, d Driver) {
 // Schedules survive a scheduler restart; firings missed while it was down
 // are caught up once (only the latest), then it fires on schedule.
 func testRestart(t *testing.T, d Driver) {
+	t.Helper()
 	b := setup(t, d)
 	e1 := b.d.New(t, b.nc, b.backend)
 	require.NoError(t, e1.Start(ctxT(t, 15*time.Second)))
@@ -215,6 +221,7 @@ func testRestart(t *testing.T, d Driver) {
 // The engine's backend (Redis for asynq) restarts empty mid-run: firings
 // resume, none is doubled, and a delayed schedule made before still fires.
 func testBackendRestart(t *testing.T, d Driver) {
+	t.Helper()
 	b := setup(t, d)
 	if b.backend == nil {
 		t.Skip("engine has no backend besides NATS")
@@ -254,6 +261,7 @@ func testBackendRestart(t *testing.T, d Driver) {
 
 // NATS restarts on the same store: schedules and their firings continue.
 func testNATSRestart(t *testing.T, d Driver) {
+	t.Helper()
 	b := setup(t, d)
 	e := b.engine(t)
 	ctx := ctxT(t, 5*time.Second)
@@ -303,6 +311,7 @@ func testNATSRestart(t *testing.T, d Driver) {
 
 // Bad schedules are refused at creation with invalid_input.
 func testBadInput(t *testing.T, d Driver) {
+	t.Helper()
 	b := setup(t, d)
 	e := b.d.New(t, b.nc, b.backend) // creation needs no running engine
 	t.Cleanup(func() { stop(t, e) })
@@ -344,6 +353,7 @@ func testBadInput(t *testing.T, d Driver) {
 
 // Create, List, Get and Delete through the engine.
 func testCRUD(t *testing.T, d Driver) {
+	t.Helper()
 	b := setup(t, d)
 	e := b.engine(t)
 	ctx := ctxT(t, 10*time.Second)

@@ -55,7 +55,7 @@ func BenchmarkSuspendedRuns(b *testing.B) {
 	time.Sleep(100 * time.Millisecond) // let the worker's catalog mirror see the tool
 	const runs = 1000
 	in, _ := json.Marshal(map[string]any{
-		"code":  `const a = await tools.callValue("client:bench:ask", {q: "ok?"}); return a;`,
+		"code":   `const a = await tools.callValue("client:bench:ask", {q: "ok?"}); return a;`,
 		"limits": map[string]any{"snapshotTtlSeconds": 3600},
 	})
 	heap := func() uint64 {
@@ -86,7 +86,7 @@ func BenchmarkSuspendedRuns(b *testing.B) {
 			suspend(fmt.Sprintf("i%d-s%d", iter, i%20))
 		}
 		after := heap()
-		b.ReportMetric(float64(int64(after)-int64(before))/runs, "heap_bytes/suspended_run")
+		b.ReportMetric((float64(after)-float64(before))/runs, "heap_bytes/suspended_run")
 		b.ReportMetric(float64(after)/(1<<20), "heap_MiB_with_1000_suspended")
 	}
 }

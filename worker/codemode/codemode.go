@@ -135,7 +135,7 @@ func (c *CodeMode) Start(ctx context.Context) error {
 	lctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	c.loops.Add(1)
-	if err := c.catalog.watch(lctx, catKV, c.loops.Done); err != nil {
+	if err := c.catalog.watch(lctx, catKV, c.loops.Done); err != nil { //nolint:contextcheck // the watch loop lives until Stop, not until Start's ctx ends
 		cancel()
 		return err
 	}

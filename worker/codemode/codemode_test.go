@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -23,7 +22,7 @@ import (
 )
 
 var (
-	quiet     = slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet     = slog.New(slog.DiscardHandler)
 	engine    *sandbox.Engine
 	engineErr error
 	once      sync.Once
@@ -173,9 +172,9 @@ type codeModeResult struct {
 	Output           []json.RawMessage `json:"output"`
 	Telemetry        struct {
 		BridgeCalls struct{ Search, Describe, Call int } `json:"bridgeCalls"`
-		NestedCalls int     `json:"nestedCalls"`
-		Resumes     int     `json:"resumes"`
-		SuspendedMs float64 `json:"suspendedMs"`
+		NestedCalls int                                  `json:"nestedCalls"`
+		Resumes     int                                  `json:"resumes"`
+		SuspendedMs float64                              `json:"suspendedMs"`
 	} `json:"telemetry"`
 }
 

@@ -72,7 +72,7 @@ func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob 
 		// The job's context ended mid-resume: give the lease back so the
 		// next trigger does not wait for it to expire.
 		rec.Status, rec.Lease = runWaiting, nil
-		bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_, _ = c.store.save(bg, rec, rev, c.remaining(rec))
 		return nil, err

@@ -43,7 +43,7 @@ func TestDeployPermissions(t *testing.T) {
 	).Replace(string(conf))
 	dir := t.TempDir()
 	path := filepath.Join(dir, "nats.conf")
-	require.NoError(t, os.WriteFile(path, []byte(text), 0o600))
+	require.NoError(t, os.WriteFile(path, []byte(text), 0o600)) //nolint:gosec // G703: path is a fixed name in the test's temp dir
 	opts, err := server.ProcessConfigFile(path)
 	require.NoError(t, err)
 	opts.Host, opts.Port, opts.JetStream, opts.StoreDir, opts.NoLog, opts.NoSigs = "127.0.0.1", -1, true, filepath.Join(dir, "js"), true, true

@@ -43,7 +43,7 @@ func (s *ShellExec) handleExec(ctx context.Context, job *contracts.Job) (json.Ra
 	}
 	ref := &contracts.Job{ID: job.ID, Session: job.Session, Tool: job.Tool, Meta: job.Meta}
 	if in.Background {
-		res, err := s.startBackground(ref, plan)
+		res, err := s.startBackground(ref, plan) //nolint:contextcheck // a background session outlives the job: it hangs off the tool's lifetime
 		if err != nil {
 			return nil, worker.Permanent(err)
 		}

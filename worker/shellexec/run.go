@@ -29,7 +29,7 @@ func (s *ShellExec) runApproved(ctx context.Context, rec *Record, ref *contracts
 	if rec.Background {
 		ectx, cancel := detached(ctx)
 		defer cancel()
-		res, err := s.startBackground(ref, plan)
+		res, err := s.startBackground(ref, plan) //nolint:contextcheck // a background session outlives the job: it hangs off the tool's lifetime
 		if err != nil {
 			if err := s.emit(ectx, ref, contracts.StatusFailed, 1, nil, contracts.AsError(err)); err != nil && !isEnded(err) {
 				s.log.Warn("exec job not told its session did not start", slog.String("job", ref.ID), slog.Any("err", err))
@@ -140,7 +140,7 @@ func (s *ShellExec) startBackground(ref *contracts.Job, plan *shell.Plan) (Backg
 // after yield it moves to the background (seed 003's yieldMs): the job
 // completes with a BackgroundResult and the command goes on as a session,
 // whose output streams from its very start.
-func (s *ShellExec) runYielding(ctx context.Context, ref *contracts.Job, plan *shell.Plan, yield time.Duration) (json.RawMessage, error) {
+func (s *ShellExec) runYielding(ctx context.Context, ref *contracts.Job, plan *shell.Plan, yield time.Duration) (json.RawMessage, error) { //nolint:contextcheck // the run may outlive the job: it hangs off the tool's lifetime
 	sref := sessionRef(ref)
 	// The run may outlive the job, so it hangs off the tool's lifetime;
 	// until the yield, the job's end (cancel, shutdown, deadline) ends it.
@@ -202,7 +202,7 @@ func (s *ShellExec) sessionRunning(ctx context.Context, sref *contracts.Job, pla
 	if isEnded(err) {
 		return false
 	}
-	st.release(s.cfg.FlushInterval)
+	st.release(s.cfg.FlushInterval) //nolint:contextcheck // the flusher runs until the streamer stops, past this caller's ctx
 	return true
 }
 

@@ -154,7 +154,7 @@ func (s *ShellExec) Start(ctx context.Context) error {
 		s.cancel()
 		return err
 	}
-	if err := s.startCancelWatch(); err != nil {
+	if err := s.startCancelWatch(); err != nil { //nolint:contextcheck // the watch loop lives until Stop, not until Start's ctx ends
 		s.cancel()
 		return err
 	}

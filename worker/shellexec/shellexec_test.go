@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -27,7 +26,7 @@ import (
 	"github.com/toolq/toolq/worker/shellexec"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start.func1"))
@@ -62,7 +61,7 @@ func setup(t *testing.T, mutate func(c *shellexec.Config)) *bundle {
 	srv := testutil.StartJetStream(t)
 	seed, pub := newApprover(t)
 	work := filepath.Join(t.TempDir(), "work")
-	require.NoError(t, os.Mkdir(work, 0o755))
+	require.NoError(t, os.Mkdir(work, 0o750))
 	cfg := shellexec.Config{
 		Policy: shell.Policy{
 			Security: shell.SecurityAllowlist, Ask: shell.AskOnMiss,
@@ -702,7 +701,7 @@ func TestCancelBeforeYieldKillsTheCommand(t *testing.T) {
 	require.NoError(t, b.w.Stop(ctx))
 	require.NoError(t, b.se.Stop(ctx))
 	require.Less(t, time.Since(start), 20*time.Second)
-	require.Len(t, b.events(t, job.Session, shellexec.SessionID(job.ID)), 0)
+	require.Empty(t, b.events(t, job.Session, shellexec.SessionID(job.ID)))
 }
 
 func TestBackgroundSessionsAreCapped(t *testing.T) {
