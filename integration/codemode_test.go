@@ -24,7 +24,7 @@ func execJob(t *testing.T, e *env, in map[string]any) *contracts.Job {
 
 // A run suspends on worker process A; A is killed; worker process B
 // resumes it from the snapshot in NATS when `wait` asks.
-func TestRunSuspendedOnAResumedOnB(t *testing.T) {
+func TestRunSuspendedOnAResumedOnB(t *testing.T) { //nolint:paralleltest // SIGKILLs worker processes; its nats-server binds a port from FreePort, which can race with another test's pick
 	e := setup(t)
 	a := startWorker(t, e.srv.URL(), "A", e.keyFile)
 	ctx := ctxFor(t, 90*time.Second)
@@ -66,7 +66,7 @@ func TestRunSuspendedOnAResumedOnB(t *testing.T) {
 // The worker holding a run's resume lease is killed mid-resume: the other
 // worker takes the run over when the lease runs out, and the run completes
 // once.
-func TestResumeLeaseHolderKilled(t *testing.T) {
+func TestResumeLeaseHolderKilled(t *testing.T) { //nolint:paralleltest // SIGKILLs worker processes on 2s lease timings; its nats-server binds a port from FreePort, which can race with another test's pick
 	e := setup(t)
 	workers := map[string]*proc{
 		"A": startWorker(t, e.srv.URL(), "A", e.keyFile),
@@ -74,7 +74,7 @@ func TestResumeLeaseHolderKilled(t *testing.T) {
 	}
 	ctx := ctxFor(t, 120*time.Second)
 	job := execJob(t, e, map[string]any{
-		"code": `await tools.callValue("toolq:core:noop", {}); const t0 = Date.now(); while (Date.now() - t0 < 3000) {} return "done";`,
+		"code":       `await tools.callValue("toolq:core:noop", {}); const t0 = Date.now(); while (Date.now() - t0 < 3000) {} return "done";`,
 		"autoResume": true,
 	})
 	js, err := jetstream.New(e.nc)

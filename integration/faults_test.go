@@ -15,7 +15,7 @@ import (
 
 // A worker process killed (SIGKILL) in the middle of a job: the job
 // completes on the other worker, exactly once.
-func TestKilledWorkerJobCompletesOnAnother(t *testing.T) {
+func TestKilledWorkerJobCompletesOnAnother(t *testing.T) { //nolint:paralleltest // SIGKILLs worker processes; its nats-server binds a port from FreePort, which can race with another test's pick
 	e := setup(t)
 	a := startWorker(t, e.srv.URL(), "A", e.keyFile, "--no-code-mode")
 	ctx := ctxFor(t, 60*time.Second)
@@ -52,7 +52,7 @@ func TestKilledWorkerJobCompletesOnAnother(t *testing.T) {
 }
 
 // NATS itself restarts (same store) while jobs are queued: nothing is lost.
-func TestServerRestartKeepsQueuedJobs(t *testing.T) {
+func TestServerRestartKeepsQueuedJobs(t *testing.T) { //nolint:paralleltest // restarts nats-server on the same port, which another test could take while it is down
 	e := setup(t)
 	ctx := ctxFor(t, 90*time.Second)
 	// Streams exist once a worker has started; stop it so jobs stay queued.

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -51,7 +50,7 @@ func toolq(t *testing.T) string {
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
-			toolqErr = fmt.Errorf("go build toolq: %v: %s", err, out.String())
+			toolqErr = fmt.Errorf("go build toolq: %w: %s", err, out.String())
 		}
 	})
 	require.NoError(t, toolqErr)
@@ -93,8 +92,10 @@ func (p *proc) kill() {
 // startWorker runs `toolq worker` as a process against url.
 func startWorker(t *testing.T, url, name, keyFile string, extra ...string) *proc {
 	t.Helper()
-	args := append([]string{"--nats", url, "--log-level", "debug", "worker", "--name", name,
-		"--snapshot-key-file", keyFile, "--ack-wait", "2s", "--lease-ttl", "2s", "--stop-timeout", "2s"}, extra...)
+	args := append([]string{
+		"--nats", url, "--log-level", "debug", "worker", "--name", name,
+		"--snapshot-key-file", keyFile, "--ack-wait", "2s", "--lease-ttl", "2s", "--stop-timeout", "2s",
+	}, extra...)
 	p := &proc{name: name, done: make(chan struct{})}
 	p.cmd = exec.Command(toolq(t), args...)
 	p.cmd.Stdout, p.cmd.Stderr = p, p
@@ -137,7 +138,7 @@ func setup(t *testing.T) *env {
 	nc, err := nats.Connect(srv.URL())
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	prod, err := producer.New(nc, &producer.Config{Session: "it", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	prod, err := producer.New(nc, &producer.Config{Session: "it", Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(prod.Close)
 	key := filepath.Join(t.TempDir(), "snapshot.key")

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -93,7 +92,7 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 		return nil, err
 	}
 	defer srv.Stop()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := slog.New(slog.DiscardHandler)
 
 	wnc, err := srv.Connect()
 	if err != nil {
@@ -108,7 +107,7 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 		return nil, err
 	}
 	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		_ = w.Stop(sctx)
 	}()
@@ -217,7 +216,7 @@ func throughput(ctx context.Context, p *producer.Producer, cfg Config, payload j
 	select {
 	case <-all:
 	case err := <-readErr:
-		return nil, fmt.Errorf("bench: events: %v", err)
+		return nil, fmt.Errorf("bench: events: %w", err)
 	case <-ctx.Done():
 		return nil, fmt.Errorf("bench: %d of %d completions received: %w", done.Load(), cfg.Jobs, ctx.Err())
 	}

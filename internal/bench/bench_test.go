@@ -9,6 +9,7 @@ import (
 // TestRunSmall runs a small end-to-end measurement: every figure is produced
 // and positive.
 func TestRunSmall(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cfg := Defaults()

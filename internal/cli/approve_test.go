@@ -24,7 +24,7 @@ func startExecBus(t *testing.T) (url, seedFile string) {
 	t.Helper()
 	srv := testutil.StartJetStream(t)
 	seedFile = filepath.Join(t.TempDir(), "dev", "approver.seed")
-	g := &globals{prefix: contracts.DefaultPrefix, log: slog.New(slog.NewTextHandler(io.Discard, nil)), stdout: io.Discard, stderr: io.Discard}
+	g := &globals{prefix: contracts.DefaultPrefix, log: slog.New(slog.DiscardHandler), stdout: io.Discard, stderr: io.Discard}
 	f := &workerFlags{concurrency: 8, replicas: 1, stopTimeout: time.Second, noCodeMode: true}
 	f.exec.approverSeed = seedFile
 	n, err := newNode(testutil.Context(t, 30*time.Second), g, srv.Connect(t), f)

@@ -68,7 +68,7 @@ func TestDevOnceRunsSelfCheck(t *testing.T) {
 func startBus(t *testing.T) string {
 	t.Helper()
 	srv := testutil.StartJetStream(t)
-	w, err := worker.New(srv.Connect(t), &worker.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	w, err := worker.New(srv.Connect(t), &worker.Config{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(testutil.Context(t, 10*time.Second)))
 	t.Cleanup(func() {
@@ -146,12 +146,12 @@ func TestReadAnchors(t *testing.T) {
 	require.Equal(t, map[string]float64{"nats_js_pub_async": 69952, "asynq_e2e_latency_p50": 546}, a)
 }
 
-func TestWorkerRunsCodeExecutionWithoutCredentials(t *testing.T) {
+func TestWorkerRunsCodeExecutionWithoutCredentials(t *testing.T) { //nolint:paralleltest // uses t.Setenv to clear the provider API keys
 	for _, k := range []string{"XAI_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "ANTHROPIC_API_KEY"} {
 		t.Setenv(k, "")
 	}
 	srv := testutil.StartJetStream(t)
-	g := &globals{prefix: contracts.DefaultPrefix, log: slog.New(slog.NewTextHandler(io.Discard, nil)), stdout: io.Discard, stderr: io.Discard}
+	g := &globals{prefix: contracts.DefaultPrefix, log: slog.New(slog.DiscardHandler), stdout: io.Discard, stderr: io.Discard}
 	nc := srv.Connect(t)
 	w, err := newWorker(g, nc, &workerFlags{concurrency: 4, replicas: 1, stopTimeout: time.Second})
 	require.NoError(t, err)
@@ -174,7 +174,7 @@ func startCodeModeBus(t *testing.T) string {
 	srv := testutil.StartJetStream(t)
 	keyFile := filepath.Join(t.TempDir(), "key")
 	require.NoError(t, os.WriteFile(keyFile, []byte("00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"), 0o600))
-	g := &globals{prefix: contracts.DefaultPrefix, log: slog.New(slog.NewTextHandler(io.Discard, nil)), stdout: io.Discard, stderr: io.Discard}
+	g := &globals{prefix: contracts.DefaultPrefix, log: slog.New(slog.DiscardHandler), stdout: io.Discard, stderr: io.Discard}
 	n, err := newNode(testutil.Context(t, 30*time.Second), g, srv.Connect(t), &workerFlags{concurrency: 8, replicas: 1, stopTimeout: time.Second, snapshotKeyFile: keyFile})
 	require.NoError(t, err)
 	require.NotNil(t, n.cm)
@@ -253,7 +253,7 @@ func TestProviderBreakerOpensAndIsPublished(t *testing.T) {
 	sub, err := nc.ChanSubscribe("toolq.system.breakers.>", events)
 	require.NoError(t, err)
 	defer func() { _ = sub.Unsubscribe() }()
-	g := &globals{prefix: contracts.DefaultPrefix, log: slog.New(slog.NewTextHandler(io.Discard, nil)), stdout: io.Discard, stderr: io.Discard}
+	g := &globals{prefix: contracts.DefaultPrefix, log: slog.New(slog.DiscardHandler), stdout: io.Discard, stderr: io.Discard}
 	n, err := newNode(testutil.Context(t, 30*time.Second), g, srv.Connect(t), &workerFlags{concurrency: 1, replicas: 1, stopTimeout: time.Second, noCodeMode: true, providersConfig: cfgFile})
 	require.NoError(t, err)
 	require.NoError(t, n.start(testutil.Context(t, 10*time.Second)))

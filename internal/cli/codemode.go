@@ -58,7 +58,7 @@ func newExecCmd(g *globals) *cobra.Command {
 			case "-":
 				src, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), 4<<20))
 			default:
-				src, err = os.ReadFile(codeFile)
+				src, err = os.ReadFile(codeFile) //nolint:gosec // G304: the user names the code file
 			}
 			if err != nil {
 				return contracts.Errorf(contracts.CodeInvalidInput, "--code: %v", err)

@@ -38,7 +38,7 @@ func TestWorkerRunsMCPTools(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, cfg, 0o600))
 
 	srv := testutil.StartJetStream(t)
-	g := &globals{prefix: contracts.DefaultPrefix, log: slog.New(slog.NewTextHandler(io.Discard, nil)), stdout: io.Discard, stderr: io.Discard}
+	g := &globals{prefix: contracts.DefaultPrefix, log: slog.New(slog.DiscardHandler), stdout: io.Discard, stderr: io.Discard}
 	n, err := newNode(testutil.Context(t, 30*time.Second), g, srv.Connect(t), &workerFlags{concurrency: 2, replicas: 1, stopTimeout: time.Second, noCodeMode: true, mcpConfig: file})
 	require.NoError(t, err)
 	require.Contains(t, n.w.Tools(), "mcp.docs.lookup")

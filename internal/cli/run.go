@@ -146,7 +146,7 @@ func snapshotKey(file string) ([]byte, error) {
 	var raw []byte
 	switch {
 	case file != "":
-		b, err := os.ReadFile(file)
+		b, err := os.ReadFile(file) //nolint:gosec // G304: the operator names the key file
 		if err != nil {
 			return nil, fmt.Errorf("snapshot key: %w", err)
 		}
@@ -186,7 +186,8 @@ func serve(ctx context.Context, g *globals, n *node, f *workerFlags) error {
 	}
 	<-ctx.Done()
 	g.log.Info("stopping worker")
-	sctx, cancel := context.WithTimeout(context.Background(), f.stopTimeout+5*time.Second)
+	// ctx has ended: the graceful stop gets its own deadline.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.stopTimeout+5*time.Second)
 	defer cancel()
 	return n.stop(sctx)
 }

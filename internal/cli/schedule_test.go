@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -71,7 +70,7 @@ func TestScheduleCommands(t *testing.T) {
 			nc, err := nats.Connect(url)
 			require.NoError(t, err)
 			t.Cleanup(nc.Close)
-			p, err := producer.New(nc, &producer.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			p, err := producer.New(nc, &producer.Config{Logger: slog.New(slog.DiscardHandler)})
 			require.NoError(t, err)
 			t.Cleanup(p.Close)
 			ev, err := p.Await(testutil.Context(t, 15*time.Second), "cli", s.JobID(s.At), nil)

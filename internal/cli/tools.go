@@ -19,7 +19,7 @@ import (
 func registerTools(g *globals, w *worker.Worker, publish func(subject string, data []byte) error, providersFile string) error {
 	cfg := &providers.Config{}
 	if providersFile != "" {
-		data, err := os.ReadFile(providersFile)
+		data, err := os.ReadFile(providersFile) //nolint:gosec // G304: the operator names the providers config file
 		if err != nil {
 			return contracts.Errorf(contracts.CodeInvalidInput, "--providers-config: %v", err)
 		}

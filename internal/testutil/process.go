@@ -56,7 +56,7 @@ func NATSServerBinary(tb testing.TB) string {
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
-			buildErr = fmt.Errorf("go build nats-server: %v: %s", err, out.String())
+			buildErr = fmt.Errorf("go build nats-server: %w: %s", err, out.String())
 			return
 		}
 		buildErr = os.Rename(tmp, buildPath)
