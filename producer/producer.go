@@ -53,10 +53,10 @@ type Producer struct {
 	log    *slog.Logger
 	source string
 
-	initOnce sync.Once
-	initErr  error
-	events   *bus.Events
-	cancels  jetstream.KeyValue
+	initMu  sync.Mutex
+	ready   bool
+	events  *bus.Events
+	cancels jetstream.KeyValue
 
 	mu        sync.Mutex
 	closed    bool
@@ -102,29 +102,31 @@ func New(nc *nats.Conn, cfg *Config) (*Producer, error) {
 }
 
 func (p *Producer) init(ctx context.Context) error {
-	p.initOnce.Do(func() {
-		p.events, p.initErr = bus.NewEvents(ctx, p.js, p.cfg.Subjects)
-		if p.initErr != nil {
-			return
-		}
-		p.cancels, p.initErr = p.js.KeyValue(ctx, p.cfg.Subjects.Bucket("cancels"))
-		if p.initErr != nil {
-			p.initErr = fmt.Errorf("producer: cancels bucket: %w", p.initErr)
-		}
-	})
-	if p.initErr != nil {
-		// Let a later call try again (the streams may not exist yet).
-		err := p.initErr
-		p.initOnce = sync.Once{}
+	p.initMu.Lock()
+	defer p.initMu.Unlock()
+	if p.ready {
+		return nil
+	}
+	// A failure is not remembered: the streams may not exist yet, or the
+	// cluster may be electing a leader; the next call tries again.
+	ctx, cancel := p.withTimeout(ctx)
+	defer cancel()
+	events, err := bus.NewEvents(ctx, p.js, p.cfg.Subjects)
+	if err != nil {
 		return err
 	}
+	cancels, err := p.js.KeyValue(ctx, p.cfg.Subjects.Bucket("cancels"))
+	if err != nil {
+		return fmt.Errorf("producer: cancels bucket: %w", err)
+	}
+	p.events, p.cancels, p.ready = events, cancels, true
 	return nil
 }
 
+// withTimeout bounds one request to the server by the configured Timeout
+// (and by ctx): a request made while a cluster elects a leader gets no
+// answer, and must not wait for the caller's whole deadline.
 func (p *Producer) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
-	}
 	return context.WithTimeout(ctx, p.cfg.Timeout)
 }
 
@@ -212,25 +214,40 @@ func (p *Producer) Await(ctx context.Context, session, jobID string, opts *Await
 	if err := contracts.ValidateID("job id", jobID); err != nil {
 		return nil, err
 	}
-	lctx, cancel := p.withTimeout(ctx)
-	err := p.init(lctx)
-	cancel()
-	if err != nil {
-		return nil, err
-	}
 	w := &waiter{ch: make(chan *contracts.Event, 1), opts: opts}
-	f, err := p.follow(ctx, session)
-	if err != nil {
-		return nil, err
-	}
-	f.add(jobID, w)
-	defer f.remove(jobID, w)
-	// The follower is subscribed now; anything older is in the stream.
-	lctx, cancel = p.withTimeout(ctx)
-	ev, _, err := p.events.Last(lctx, session, jobID)
-	cancel()
-	if err != nil {
-		return nil, err
+	// Setting up can fail for a moment (a cluster electing a leader, a
+	// reconnect): Await is a wait, so it tries again until ctx ends.
+	var (
+		f  *follower
+		ev *contracts.Event
+	)
+	for attempt := 0; ; attempt++ {
+		var err error
+		if f == nil {
+			if err = p.init(ctx); err == nil {
+				if f, err = p.follow(ctx, session); err == nil {
+					f.add(jobID, w)
+					defer f.remove(jobID, w)
+				}
+			}
+		}
+		if err == nil {
+			// The follower is subscribed now; anything older is in the stream.
+			lctx, cancel := p.withTimeout(ctx)
+			ev, _, err = p.events.Last(lctx, session, jobID)
+			cancel()
+		}
+		if err == nil {
+			break
+		}
+		p.log.Debug("await: retrying setup", slog.String("job", jobID), slog.Any("err", err))
+		t := time.NewTimer(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("producer: await %s: %w (last error: %w)", jobID, ctx.Err(), err)
+		case <-t.C:
+		}
 	}
 	if ev != nil && opts.match(ev.Data.Status) {
 		return ev, nil

@@ -38,6 +38,13 @@ func NATSServerBinary(tb testing.TB) string {
 				}
 			}
 		}
+		if version == "unknown" {
+			// Test binaries may carry no module information: ask go.
+			out, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/nats-io/nats-server/v2").Output()
+			if err == nil && len(bytes.TrimSpace(out)) > 0 {
+				version = string(bytes.TrimSpace(out))
+			}
+		}
 		dir, err := os.UserCacheDir()
 		if err != nil {
 			dir = os.TempDir()
@@ -71,8 +78,27 @@ type ServerProcess struct {
 	StoreDir string
 	cmd      *exec.Cmd
 	done     chan struct{}
-	log      *bytes.Buffer
+	log      *lockedBuffer
 	extra    []string
+}
+
+// lockedBuffer is a bytes.Buffer safe to write from the process's output
+// copier while a test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // URL is the client URL of the process.
@@ -99,7 +125,7 @@ func StartServerProcessOn(tb testing.TB, port int, storeDir string, extra ...str
 	tb.Helper()
 	bin := NATSServerBinary(tb)
 	args := append([]string{"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", storeDir}, extra...)
-	p := &ServerProcess{Port: port, StoreDir: storeDir, done: make(chan struct{}), log: &bytes.Buffer{}, extra: extra}
+	p := &ServerProcess{Port: port, StoreDir: storeDir, done: make(chan struct{}), log: &lockedBuffer{}, extra: extra}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -125,6 +151,9 @@ func StartServerProcessOn(tb testing.TB, port int, storeDir string, extra ...str
 	}
 }
 
+// Log returns what the process printed so far.
+func (p *ServerProcess) Log() string { return p.log.String() }
+
 // Pid is the process id.
 func (p *ServerProcess) Pid() int { return p.cmd.Process.Pid }
 
@@ -142,8 +171,19 @@ func (p *ServerProcess) Kill() {
 // FreePort returns a loopback TCP port that was free a moment ago.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(tb, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return FreePorts(tb, 1)[0]
+}
+
+// FreePorts returns n distinct loopback TCP ports that were free a moment
+// ago (all held open together while they are picked, so none repeats).
+func FreePorts(tb testing.TB, n int) []int {
+	tb.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(tb, err)
+		defer l.Close()
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports
 }
