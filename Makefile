@@ -38,10 +38,15 @@ bench: wasm ## Run the Go benchmarks and `toolq bench` (end-to-end figures)
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./... 
 	$(GO) run ./cmd/toolq bench
 
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := $(shell $(GO) env GOPATH)/bin/golangci-lint
+
 .PHONY: lint
-lint: ## Run go vet and golangci-lint (when installed)
+lint: ## Run go vet and golangci-lint (installs the pinned version when missing)
 	$(GO) vet $(PKGS)
-	@if command -v golangci-lint >/dev/null; then golangci-lint run; else echo "golangci-lint not installed; ran go vet only"; fi
+	@$(GOLANGCI_LINT) version 2>/dev/null | grep -q "$(GOLANGCI_LINT_VERSION:v%=%)" || \
+		$(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	$(GOLANGCI_LINT) run ./...
 
 .PHONY: tidy
 tidy: ## Tidy go.mod and go.sum
