@@ -766,9 +766,8 @@ func (w *Worker) Emit(ctx context.Context, ref *contracts.Job, status contracts.
 	if err := contracts.ValidateID("session", ref.Session); err != nil {
 		return err
 	}
-	ev := contracts.NewEvent(w.source, ref, status, max(n, 1), time.Now())
-	ev.Data.Result = result
-	ev.Data.Error = werr
+	job := *ref
+	var ev *contracts.Event
 	for range 5 {
 		last, seq, err := w.events.Last(ctx, ref.Session, ref.ID)
 		if err != nil {
@@ -777,12 +776,24 @@ func (w *Worker) Emit(ctx context.Context, ref *contracts.Job, status contracts.
 		if last != nil && last.Data.Status.Terminal() {
 			return fmt.Errorf("%w: %s", ErrJobEnded, last.Data.Status)
 		}
+		// A parked nested call keeps its parent run: its events say so,
+		// and its end is reported to the run.
+		if job.Parent == nil && last != nil {
+			job.Parent = last.Data.Parent
+		}
+		ev = contracts.NewEvent(w.source, &job, status, max(n, 1), time.Now())
+		ev.Data.Result = result
+		ev.Data.Error = werr
 		_, err = w.events.Publish(ctx, ev, seq, traceParent(ctx))
-		if !errors.Is(err, bus.ErrConflict) {
+		if errors.Is(err, bus.ErrConflict) {
+			continue
+		}
+		if err != nil || !status.Terminal() {
 			return err
 		}
+		return w.notifyParent(ctx, &job, ev)
 	}
-	return fmt.Errorf("worker: emit %s: event subject kept moving", ev.ID)
+	return fmt.Errorf("worker: emit %s/%s: event subject kept moving", ref.ID, status)
 }
 
 // endedElsewhere reports (and acks) when the job's event subject already ends

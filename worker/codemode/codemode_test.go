@@ -115,6 +115,18 @@ func setupB(b *testing.B) *bundle {
 // startWorker starts a worker with code mode and the given extra tools.
 func (b *bundle) startWorker(t *testing.T, name string, cfg *codemode.Config, register func(w *worker.Worker)) *worker.Worker {
 	t.Helper()
+	return b.startWorkerWith(t, name, cfg, func(w *worker.Worker) (start, stop func(context.Context) error) {
+		if register != nil {
+			register(w)
+		}
+		return nil, nil
+	})
+}
+
+// startWorkerWith is startWorker with tools that have a lifecycle of their
+// own (started before the worker, stopped after it).
+func (b *bundle) startWorkerWith(t *testing.T, name string, cfg *codemode.Config, register func(w *worker.Worker) (start, stop func(context.Context) error)) *worker.Worker {
+	t.Helper()
 	nc := b.srv.Connect(t)
 	w, err := worker.New(nc, &worker.Config{Name: name, Logger: quiet, StopTimeout: time.Second})
 	require.NoError(t, err)
@@ -126,17 +138,21 @@ func (b *bundle) startWorker(t *testing.T, name string, cfg *codemode.Config, re
 	c.Logger = quiet
 	cm, err := codemode.Register(w, nc, &c)
 	require.NoError(t, err)
-	if register != nil {
-		register(w)
-	}
+	start, stop := register(w)
 	ctx := testutil.Context(t, 20*time.Second)
 	require.NoError(t, cm.Start(ctx))
+	if start != nil {
+		require.NoError(t, start(ctx))
+	}
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		require.NoError(t, w.Stop(sctx))
 		require.NoError(t, cm.Stop(sctx))
+		if stop != nil {
+			require.NoError(t, stop(sctx))
+		}
 	})
 	return w
 }
@@ -379,6 +395,12 @@ func TestRestartSafeRunRebuiltByReplay(t *testing.T) {
 	require.Equal(t, contracts.StatusWaiting, b.await(t, job, true).Data.Status)
 	// First wait: resumes normally and waits again on the second call.
 	ev := b.wait(t, job.Session, job.ID)
+	if result(t, ev.Data.Result).Status != "waiting" {
+		_ = b.prod.ReadEvents(testutil.Context(t, 5*time.Second), job.Session, nil, func(e *contracts.Event) error {
+			t.Logf("EVENT %s %s %s %s", e.Data.JobID, e.Data.Status, e.Source, e.Data.Result)
+			return nil
+		})
+	}
 	require.Equal(t, "waiting", result(t, ev.Data.Result).Status)
 	damageSnapshot(t, b, job.Session, job.ID)
 	ev = b.wait(t, job.Session, job.ID)

@@ -220,10 +220,24 @@ func (c *CodeMode) submitPending(ctx context.Context, rec *record, rev uint64) (
 			return rev, fmt.Errorf("codemode: submit nested call %s: %w", p.CallID, err)
 		}
 	}
-	for i := range rec.Pending {
-		rec.Pending[i].Submitted = true
+	// Record that they are submitted. Results of the calls just submitted
+	// may already be changing the record: on a conflict, mark them on the
+	// newer record instead.
+	for range 20 {
+		for i := range rec.Pending {
+			rec.Pending[i].Submitted = true
+		}
+		next, err := c.store.save(ctx, rec, rev, c.remaining(rec))
+		if !errors.Is(err, errStale) {
+			return next, err
+		}
+		fresh, freshRev, err := c.store.load(ctx, rec.Session, rec.RunID)
+		if err != nil {
+			return rev, err
+		}
+		*rec, rev = *fresh, freshRev
 	}
-	return c.store.save(ctx, rec, rev, c.remaining(rec))
+	return rev, errStale
 }
 
 // remaining is the TTL left to a run's record (at least a second).

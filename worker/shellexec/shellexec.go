@@ -87,6 +87,15 @@ func Register(w *worker.Worker, nc *nats.Conn, cfg *Config) (*ShellExec, error) 
 	// whose worker died is failed (DLQ), never run a second time.
 	if err := w.Register(ToolExec, worker.HandlerFunc(s.handleExec), &worker.ToolConfig{
 		Timeout: long, Retry: worker.RetryPolicy{MaxAttempts: 1},
+		// Code-mode runs may call it (seed 001: by catalog id, when the
+		// policy allows); a call that needs approval parks the run until a
+		// person decides. Refused in restartSafe runs.
+		Catalog: &contracts.CatalogTool{
+			Label:       "Shell exec",
+			Description: "Run a shell command under the worker's exec policy; commands off the allowlist wait for a person's approval.",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"command":{"type":"string"},"workdir":{"type":"string"},"env":{"type":"object","additionalProperties":{"type":"string"}},"timeout":{"type":"integer","minimum":1}},"required":["command"]}`),
+			SideEffects: true,
+		},
 	}); err != nil {
 		return nil, err
 	}
