@@ -150,7 +150,7 @@ func (w *Worker) reapExhausted(adv maxDeliveriesAdvisory) {
 	if derr != nil {
 		job = nil
 	}
-	if err := w.publishDLQ(toolName, raw.Data, job, int(adv.Deliveries), werr); err != nil { //nolint:gosec // G115: at most the consumer's MaxDeliver, an int
+	if err := w.publishDLQ(ctx, toolName, raw.Data, job, int(adv.Deliveries), werr); err != nil { //nolint:gosec // G115: at most the consumer's MaxDeliver, an int
 		w.log.Warn("max deliveries: DLQ write failed", slog.Any("err", err))
 		return
 	}

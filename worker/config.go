@@ -27,6 +27,10 @@ type Config struct {
 	// StopTimeout is how long Stop lets in-flight jobs finish before it
 	// cancels them (when its context has no earlier deadline); 30 s by default.
 	StopTimeout time.Duration
+	// PublishRetry is how long a worker keeps trying to store a job's
+	// outcome (its terminal event, its report to a parent run) through a
+	// bus outage before it hands the job back; 30 s by default.
+	PublishRetry time.Duration
 	// MaxResultBytes caps a handler's result; a larger one fails the job with
 	// output_limit_exceeded. 512 KiB by default.
 	MaxResultBytes int
@@ -189,6 +193,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StopTimeout == 0 {
 		c.StopTimeout = 30 * time.Second
+	}
+	if c.PublishRetry == 0 {
+		c.PublishRetry = 30 * time.Second
 	}
 	if c.MaxResultBytes == 0 {
 		c.MaxResultBytes = 512 << 10

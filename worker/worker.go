@@ -496,7 +496,15 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 	// result store whether the job already ended.
 	var lastSeq uint64
 	if attempt > 1 {
-		ev, seq, err := w.events.Last(w.runCtx, job.Session, job.ID)
+		var (
+			ev  *contracts.Event
+			seq uint64
+		)
+		err := w.retry(msg, func(ctx context.Context) error {
+			var err error
+			ev, seq, err = w.events.Last(ctx, job.Session, job.ID)
+			return err
+		})
 		if err != nil && ev == nil && seq == 0 {
 			log.Warn("redelivered job: result store unreadable; retrying later", slog.Any("err", err))
 			_ = msg.NakWithDelay(time.Second)
@@ -657,19 +665,24 @@ func (w *Worker) finish(log *slog.Logger, msg jetstream.Msg, job *contracts.Job,
 	ev.Data.Attempt = attempt
 	ev.Data.Result = result
 	ev.Data.Error = werr
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := w.events.Publish(ctx, ev, lastSeq, traceOf(msg))
+	err := w.retry(msg, func(ctx context.Context) error {
+		_, err := w.events.Publish(ctx, ev, lastSeq, traceOf(msg))
+		return err
+	})
 	if errors.Is(err, bus.ErrConflict) {
 		if w.endedElsewhere(log, msg, job) {
 			return
 		}
 		// Another delivery of the same job wrote a non-terminal event: take
 		// the subject's current tail and try once more.
-		_, seq, lerr := w.events.Last(ctx, job.Session, job.ID)
-		if lerr == nil {
+		err = w.retry(msg, func(ctx context.Context) error {
+			_, seq, err := w.events.Last(ctx, job.Session, job.ID)
+			if err != nil {
+				return err
+			}
 			_, err = w.events.Publish(ctx, ev, seq, traceOf(msg))
-		}
+			return err
+		})
 		if errors.Is(err, bus.ErrConflict) && w.endedElsewhere(log, msg, job) {
 			return
 		}
@@ -679,7 +692,7 @@ func (w *Worker) finish(log *slog.Logger, msg jetstream.Msg, job *contracts.Job,
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
-	if err := w.notifyParent(ctx, job, ev); err != nil {
+	if err := w.retry(msg, func(ctx context.Context) error { return w.notifyParent(ctx, job, ev) }); err != nil {
 		log.Warn("parent run not told; handing the job back", slog.Any("err", err))
 		_ = msg.NakWithDelay(time.Second)
 		return
@@ -689,6 +702,33 @@ func (w *Worker) finish(log *slog.Logger, msg jetstream.Msg, job *contracts.Job,
 		return
 	}
 	_ = msg.Ack()
+}
+
+// retry runs op (a write to the bus that decides a job's outcome) until it
+// succeeds, conflicts, or PublishRetry has passed, keeping the job's message
+// alive meanwhile. A stream whose leader is being elected (a server of the
+// cluster died) answers nothing for a few seconds; without this, that gap
+// would throw away a finished job's result and cost it an attempt.
+func (w *Worker) retry(msg jetstream.Msg, op func(ctx context.Context) error) error {
+	deadline := time.Now().Add(w.cfg.PublishRetry)
+	delay := 100 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := op(ctx)
+		cancel()
+		if err == nil || errors.Is(err, bus.ErrConflict) || time.Now().After(deadline) {
+			return err
+		}
+		_ = msg.InProgress()
+		t := time.NewTimer(delay)
+		select {
+		case <-w.runCtx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
 }
 
 // ackEnded acknowledges a job that already has its terminal event ev,
@@ -736,9 +776,10 @@ func (w *Worker) park(log *slog.Logger, msg jetstream.Msg, job *contracts.Job, a
 	ev := contracts.NewEvent(w.source, job, park.Status, park.N, time.Now())
 	ev.Data.Attempt = attempt
 	ev.Data.Result = result
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := w.events.Publish(ctx, ev, lastSeq, traceOf(msg))
+	err := w.retry(msg, func(ctx context.Context) error {
+		_, err := w.events.Publish(ctx, ev, lastSeq, traceOf(msg))
+		return err
+	})
 	if errors.Is(err, bus.ErrConflict) && w.endedElsewhere(log, msg, job) {
 		return
 	}
@@ -814,7 +855,7 @@ func (w *Worker) endedElsewhere(log *slog.Logger, msg jetstream.Msg, job *contra
 // removes it from the queue.
 func (w *Worker) deadLetter(log *slog.Logger, msg jetstream.Msg, t *tool, job *contracts.Job, attempts int, lastSeq uint64, werr *contracts.Error) {
 	werr = &contracts.Error{Code: werr.Code, Message: werr.Message, Details: werr.Details}
-	if err := w.publishDLQ(t.name, msg.Data(), job, attempts, werr); err != nil {
+	if err := w.retry(msg, func(ctx context.Context) error { return w.publishDLQ(ctx, t.name, msg.Data(), job, attempts, werr) }); err != nil {
 		log.Error("dead letter not stored; handing the job back", slog.Any("err", err))
 		_ = msg.NakWithDelay(time.Second)
 		return
@@ -823,7 +864,7 @@ func (w *Worker) deadLetter(log *slog.Logger, msg jetstream.Msg, t *tool, job *c
 	w.finish(log, msg, job, attempts, lastSeq, contracts.StatusFailed, nil, werr)
 }
 
-func (w *Worker) publishDLQ(toolName string, raw []byte, job *contracts.Job, attempts int, werr *contracts.Error) error {
+func (w *Worker) publishDLQ(ctx context.Context, toolName string, raw []byte, job *contracts.Job, attempts int, werr *contracts.Error) error {
 	dl := contracts.DeadLetter{
 		Job: json.RawMessage(raw), Tool: toolName, Attempts: attempts,
 		Error: werr, Worker: w.cfg.Name, Time: time.Now().UTC(),
@@ -842,8 +883,6 @@ func (w *Worker) publishDLQ(toolName string, raw []byte, job *contracts.Job, att
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	var opts []jetstream.PublishOpt
 	if msgID != "" {
 		opts = append(opts, jetstream.WithMsgID(msgID))
@@ -870,7 +909,7 @@ func (w *Worker) reject(t *tool, msg jetstream.Msg, attempt int, cause error) {
 		return
 	}
 	log.Warn("unreadable job moved to the DLQ", slog.String("error", werr.Message))
-	if err := w.publishDLQ(t.name, msg.Data(), nil, attempt, werr); err != nil {
+	if err := w.retry(msg, func(ctx context.Context) error { return w.publishDLQ(ctx, t.name, msg.Data(), nil, attempt, werr) }); err != nil {
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
