@@ -22,7 +22,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 noop jobs end to end (submit -> worker -> completion event received by the
 requester): throughput with many submitters, and p50/p99 latency at low rate.
 It prints one "bench.<name> <value> <unit>" line per figure. With --anchors
-FILE (the summary of the bench-anchors script, "anchor.<name> <value> <unit>"
+FILE (a summary of baseline figures measured beside it, "anchor.<name> <value> <unit>"
 lines) it also prints toolq's figures as ratios of the anchors.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
