@@ -85,11 +85,7 @@ func ensureJobsStream(ctx context.Context, c *Client, needSchedules bool) error 
 	name := c.cfg.Subjects.JobsStream()
 	st, err := c.js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		bc, err := bus.Config{Subjects: c.cfg.Subjects, Replicas: c.cfg.Replicas}.WithDefaults()
-		if err != nil {
-			return err
-		}
-		if err := bus.Ensure(ctx, c.js, bc); err != nil {
+		if err := bus.Ensure(ctx, c.js, bus.Config{Subjects: c.cfg.Subjects, Replicas: c.cfg.Replicas}); err != nil {
 			return err
 		}
 		st, err = c.js.Stream(ctx, name)

@@ -181,14 +181,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.started = true
 	w.mu.Unlock()
 
-	bc, err := bus.Config{
+	err := bus.Ensure(ctx, w.js, bus.Config{
 		Subjects: w.cfg.Subjects, Replicas: w.cfg.Replicas, Storage: w.cfg.Storage,
 		EventsMaxAge: w.cfg.EventsMaxAge,
-	}.WithDefaults()
+	})
 	if err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	if err := bus.Ensure(ctx, w.js, bc); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	if w.events, err = bus.NewEvents(ctx, w.js, w.cfg.Subjects); err != nil {

@@ -106,9 +106,14 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 	}
 }
 
-// Ensure creates or updates every stream and bucket toolq needs. It is
-// idempotent and safe to run from many processes at once.
+// Ensure creates or updates every stream and bucket toolq needs, applying
+// cfg's defaults. It is idempotent and safe to run from many processes at
+// once.
 func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	cfg, err := cfg.WithDefaults()
+	if err != nil {
+		return err
+	}
 	for _, sc := range cfg.StreamConfigs() {
 		if err := ensureStream(ctx, js, sc); err != nil {
 			return err
@@ -123,7 +128,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	}); err != nil {
 		return err
 	}
-	_, err := ensureKV(ctx, js, jetstream.KeyValueConfig{
+	_, err = ensureKV(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      cfg.Subjects.Bucket("catalog"),
 		Description: "tools code-mode runs can see and call",
 		Storage:     cfg.Storage,

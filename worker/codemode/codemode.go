@@ -96,11 +96,7 @@ func (c *CodeMode) Start(ctx context.Context) error {
 	}
 	c.started = true
 	s := c.cfg.Subjects
-	bc, err := bus.Config{Subjects: s, Replicas: c.cfg.Replicas, Storage: c.cfg.Storage}.WithDefaults()
-	if err != nil {
-		return err
-	}
-	if err := bus.Ensure(ctx, c.js, bc); err != nil {
+	if err := bus.Ensure(ctx, c.js, bus.Config{Subjects: s, Replicas: c.cfg.Replicas, Storage: c.cfg.Storage}); err != nil {
 		return err
 	}
 	runs, err := bus.EnsureKV(ctx, c.js, jetstream.KeyValueConfig{

@@ -120,11 +120,7 @@ func (s *ShellExec) Start(ctx context.Context) error {
 	}
 	s.started = true
 	sub := s.cfg.Subjects
-	bc, err := bus.Config{Subjects: sub, Replicas: s.cfg.Replicas, Storage: s.cfg.Storage}.WithDefaults()
-	if err != nil {
-		return err
-	}
-	if err := bus.Ensure(ctx, s.js, bc); err != nil {
+	if err := bus.Ensure(ctx, s.js, bus.Config{Subjects: sub, Replicas: s.cfg.Replicas, Storage: s.cfg.Storage}); err != nil {
 		return err
 	}
 	approvals, err := bus.EnsureKV(ctx, s.js, jetstream.KeyValueConfig{
