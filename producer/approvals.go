@@ -19,7 +19,7 @@ const ToolExecDecide = "exec.decide"
 var ErrNoApproval = errors.New("producer: no such approval")
 
 // Approval returns the record of approval id from the approvals bucket, as
-// the exec worker wrote it (worker/shellexec.Record: the approval with its
+// the exec worker wrote it (tools/shellexec.Record: the approval with its
 // plan and hash, and its status). An approver reads it to sign a decision
 // for exactly that plan.
 func (p *Producer) Approval(ctx context.Context, id string) (json.RawMessage, error) {
@@ -46,7 +46,7 @@ func (p *Producer) Approval(ctx context.Context, id string) (json.RawMessage, er
 }
 
 // Decide submits a signed decision on an approval — the JSON of a
-// providers/shell.ApprovalDecision — as an exec.decide job. Await the job:
+// shell.ApprovalDecision — as an exec.decide job. Await the job:
 // it completes with the decision's outcome (once an approved command has
 // run), or fails with code denied when the worker refuses the decision
 // (unsigned, unknown approver, another command, expired). With

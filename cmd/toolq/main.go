@@ -6,7 +6,7 @@ package main
 import (
 	"os"
 
-	"github.com/toolq/toolq/internal/cli"
+	"github.com/toolq/toolq/cmd/toolq/internal/cli"
 )
 
 func main() {

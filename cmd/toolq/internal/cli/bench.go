@@ -1,0 +1,88 @@
+package cli
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toolq/toolq/cmd/toolq/internal/bench"
+)
+
+func newBenchCmd(g *globals) *cobra.Command {
+	cfg := bench.Defaults()
+	var anchors string
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure end-to-end throughput and latency on an embedded server",
+		Long: `bench starts an embedded nats-server and a worker in this process and measures
+noop jobs end to end (submit -> worker -> completion event received by the
+requester): throughput with many submitters, and p50/p99 latency at low rate.
+It prints one "bench.<name> <value> <unit>" line per figure. With --anchors
+FILE (a summary of baseline figures measured beside it, "anchor.<name> <value> <unit>"
+lines) it also prints toolq's figures as ratios of the anchors.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			figs, err := bench.Run(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			vals := map[string]float64{}
+			for _, f := range figs {
+				vals[f.Name] = f.Value
+				fmt.Fprintln(g.stdout, f)
+			}
+			if anchors == "" {
+				return nil
+			}
+			a, err := readAnchors(anchors)
+			if err != nil {
+				return err
+			}
+			ratio := func(name string, num, den float64) {
+				if den > 0 {
+					fmt.Fprintf(g.stdout, "bench.%s %.3f ratio\n", name, num/den)
+				}
+			}
+			ratio("throughput_vs_nats_js_pub_async", vals["e2e_throughput"], a["nats_js_pub_async"])
+			ratio("throughput_vs_asynq_process_c50", vals["e2e_throughput"], a["asynq_process_c50"])
+			ratio("latency_p50_vs_asynq_p50", vals["e2e_latency_p50"], a["asynq_e2e_latency_p50"])
+			ratio("latency_p50_vs_nats_reqreply_p50", vals["e2e_latency_p50"]*1000, a["nats_reqreply_p50"])
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Jobs, "jobs", cfg.Jobs, "jobs of the throughput run")
+	f.IntVar(&cfg.Submitters, "submitters", cfg.Submitters, "submitting goroutines")
+	f.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "worker concurrency")
+	f.IntVar(&cfg.LatencyJobs, "latency-jobs", cfg.LatencyJobs, "jobs of the latency run (0 skips it)")
+	f.DurationVar(&cfg.LatencyInterval, "latency-interval", cfg.LatencyInterval, "pause between latency jobs")
+	f.IntVar(&cfg.PayloadBytes, "payload", cfg.PayloadBytes, "bytes of padding in each job's input")
+	f.StringVar(&anchors, "anchors", "", "anchors summary file to compute ratios against")
+	return cmd
+}
+
+func readAnchors(path string) (map[string]float64, error) {
+	fh, err := os.Open(path) //nolint:gosec // G304: the operator names the anchors file
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(fh)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 2 || !strings.HasPrefix(fs[0], "anchor.") {
+			continue
+		}
+		v, err := strconv.ParseFloat(fs[1], 64)
+		if err != nil {
+			continue
+		}
+		out[strings.TrimPrefix(fs[0], "anchor.")] = v
+	}
+	return out, sc.Err()
+}

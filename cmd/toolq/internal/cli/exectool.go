@@ -1,0 +1,157 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+	"github.com/spf13/cobra"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/shell"
+	"github.com/toolq/toolq/worker"
+	"github.com/toolq/toolq/tools/shellexec"
+)
+
+// execFlags configure the approval-gated exec tool of a worker.
+type execFlags struct {
+	off          bool
+	policyFile   string
+	approvers    []string
+	approverSeed string
+}
+
+func (f *execFlags) register(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&f.off, "no-exec", false, "do not run exec (shell command) jobs on this worker")
+	cmd.Flags().StringVar(&f.policyFile, "exec-policy", "",
+		`JSON exec policy of this worker, e.g. {"security":"allowlist","ask":"on-miss","allowlist":["/usr/bin/git"],"safeBins":["jq"]} (default: a small allowlist, ask on-miss, sandbox host)`)
+	cmd.Flags().StringSliceVar(&f.approvers, "approver", splitList(os.Getenv("TOOLQ_APPROVERS")),
+		"public nkey (U… or A…) of a person whose signed exec decisions are accepted; repeatable (env TOOLQ_APPROVERS, comma-separated)")
+	cmd.Flags().StringVar(&f.approverSeed, "approver-seed", "",
+		"development: trust the approver whose nkey seed is in this file, creating it when missing (dev: <data>/approver.seed)")
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// devExecPolicy is the default policy: commands resolve to a few harmless
+// binaries or stdin-only filters without a person, everything else asks;
+// they run in the bubblewrap sandbox, never on the worker host.
+func devExecPolicy() shell.Policy {
+	p := shell.Policy{
+		Security: shell.SecurityAllowlist, Ask: shell.AskOnMiss,
+		SafeBins: []string{"grep", "sort", "head", "tail", "wc", "cut", "tr", "uniq", "sha256sum"},
+	}
+	for _, name := range []string{"echo", "ls", "pwd", "date", "true", "false", "seq", "basename", "dirname"} {
+		if path, ok := p.LookPath(name); ok {
+			p.Allowlist = append(p.Allowlist, path)
+		}
+	}
+	return p
+}
+
+// registerExec adds exec and exec.decide to w unless --no-exec is set.
+func registerExec(g *globals, w *worker.Worker, nc *nats.Conn, f *workerFlags) (*shellexec.ShellExec, error) {
+	ef := &f.exec
+	if ef.off {
+		return nil, nil
+	}
+	pol := devExecPolicy()
+	if ef.policyFile != "" {
+		data, err := os.ReadFile(ef.policyFile)
+		if err != nil {
+			return nil, contracts.Errorf(contracts.CodeInvalidInput, "--exec-policy: %v", err)
+		}
+		if pol, err = shellexec.DecodePolicy(data); err != nil {
+			return nil, contracts.Errorf(contracts.CodeInvalidInput, "--exec-policy %s: %v", ef.policyFile, err)
+		}
+	}
+	approvers := append([]string(nil), ef.approvers...)
+	if ef.approverSeed != "" {
+		pub, err := ensureSeed(ef.approverSeed)
+		if err != nil {
+			return nil, err
+		}
+		approvers = append(approvers, pub)
+	}
+	if len(approvers) == 0 {
+		g.log.Warn("exec: no approvers configured (--approver): commands that need approval can never run")
+	}
+	return shellexec.Register(w, nc, &shellexec.Config{
+		Policy: pol, Approvers: approvers, Subjects: g.subjects(), Replicas: f.replicas, Logger: g.log,
+	})
+}
+
+// ensureSeed returns the public key of the user nkey seed in path, creating
+// the seed (mode 0600) when the file does not exist.
+func ensureSeed(path string) (string, error) {
+	if data, err := os.ReadFile(path); err == nil { //nolint:gosec // G304: the operator names the approver seed file
+		kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(data))))
+		if err != nil {
+			return "", contracts.Errorf(contracts.CodeInvalidInput, "approver seed %s: %v", path, err)
+		}
+		defer kp.Wipe()
+		return kp.PublicKey()
+	} else if !os.IsNotExist(err) {
+		return "", fmt.Errorf("approver seed: %w", err)
+	}
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return "", err
+	}
+	defer kp.Wipe()
+	seed, err := kp.Seed()
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, append(seed, '\n'), 0o600); err != nil {
+		return "", fmt.Errorf("approver seed: %w", err)
+	}
+	return kp.PublicKey()
+}
+
+// devApproverSeed is the dev bus's approver seed file unless one was given.
+func devApproverSeed(f *workerFlags, dataDir string) {
+	if f.exec.approverSeed == "" && !f.exec.off {
+		f.exec.approverSeed = filepath.Join(dataDir, "approver.seed")
+	}
+}
+
+// printExecHelp tells a dev user how to try exec and decide approvals.
+func printExecHelp(g *globals, f *workerFlags) {
+	if f.exec.off {
+		return
+	}
+	fmt.Fprintf(g.stderr, "toolq dev: shell exec:   toolq submit --tool exec --input '{\"command\":\"uname -a\"}'   (asks for approval; the job id is the approval id)\n")
+	if f.exec.approverSeed != "" {
+		fmt.Fprintf(g.stderr, "toolq dev: decide with   toolq approve <id> --seed-file %s --wait   or   toolq deny <id> --seed-file %s\n", f.exec.approverSeed, f.exec.approverSeed)
+	}
+}
+
+func (n *node) startExec(ctx context.Context) error {
+	if n.exec == nil {
+		return nil
+	}
+	return n.exec.Start(ctx)
+}
+
+func (n *node) stopExec(ctx context.Context) error {
+	if n.exec == nil {
+		return nil
+	}
+	return n.exec.Stop(ctx)
+}

@@ -1,0 +1,357 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/embedded"
+	"github.com/toolq/toolq/producer"
+	"github.com/toolq/toolq/tools/mcp"
+	"github.com/toolq/toolq/sandbox"
+	"github.com/toolq/toolq/scheduler"
+	"github.com/toolq/toolq/worker"
+	"github.com/toolq/toolq/tools/codemode"
+	"github.com/toolq/toolq/tools/shellexec"
+)
+
+type workerFlags struct {
+	name            string
+	concurrency     int
+	replicas        int
+	stopTimeout     time.Duration
+	snapshotKeyFile string
+	noCodeMode      bool
+	mcpConfig       string
+	exec            execFlags
+	ackWait         time.Duration
+	leaseTTL        time.Duration
+	providersConfig string
+}
+
+func (f *workerFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.name, "name", "", "worker name (default: hostname and a random suffix)")
+	cmd.Flags().IntVar(&f.concurrency, "concurrency", 16, "jobs of each tool run at once")
+	cmd.Flags().IntVar(&f.replicas, "replicas", 1, "stream replicas (3 in a cluster)")
+	cmd.Flags().DurationVar(&f.stopTimeout, "stop-timeout", 30*time.Second, "how long a stop lets running jobs finish")
+	cmd.Flags().StringVar(&f.providersConfig, "providers-config", "", "JSON file configuring code_execution's providers (keys, base URLs, models, retries, breakers)")
+	cmd.Flags().DurationVar(&f.ackWait, "ack-wait", 30*time.Second, "how long a job may go without a heartbeat before another worker takes it")
+	cmd.Flags().DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "how long a code-mode resume may hold a run before another worker takes it over")
+	cmd.Flags().StringVar(&f.snapshotKeyFile, "snapshot-key-file", "", "key that signs code-mode snapshots, shared by every worker (or env TOOLQ_SNAPSHOT_KEY, hex)")
+	cmd.Flags().BoolVar(&f.noCodeMode, "no-code-mode", false, "do not run code-mode jobs on this worker")
+	addMCPFlag(cmd, &f.mcpConfig)
+	f.exec.register(cmd)
+}
+
+// node is a worker with every tool this binary has, code mode included.
+type node struct {
+	w      *worker.Worker
+	cm     *codemode.CodeMode
+	engine *sandbox.Engine
+	mcp    *mcp.Servers
+	exec   *shellexec.ShellExec
+}
+
+// newWorker builds a worker with every tool this binary has.
+func newWorker(g *globals, nc *nats.Conn, f *workerFlags) (*worker.Worker, error) {
+	n, err := newNode(context.Background(), g, nc, f)
+	if err != nil {
+		return nil, err
+	}
+	return n.w, nil
+}
+
+func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*node, error) {
+	w, err := worker.New(nc, &worker.Config{
+		Name: f.name, Subjects: g.subjects(), Replicas: f.replicas, StopTimeout: f.stopTimeout,
+		Logger: g.log, Tool: worker.ToolConfig{Concurrency: f.concurrency, AckWait: f.ackWait},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := registerTools(g, w, nc.Publish, f.providersConfig); err != nil {
+		return nil, err
+	}
+	n := &node{w: w}
+	if n.exec, err = registerExec(g, w, nc, f); err != nil {
+		return nil, err
+	}
+	if n.mcp, err = registerMCP(ctx, g, w, f.mcpConfig); err != nil {
+		return nil, err
+	}
+	if f.noCodeMode {
+		return n, nil
+	}
+	key, err := snapshotKey(f.snapshotKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	if key == nil {
+		g.log.Warn("code mode is off on this worker: no snapshot key (--snapshot-key-file or TOOLQ_SNAPSHOT_KEY)")
+		return n, nil
+	}
+	// Fail closed: a worker asked to run code mode without its runtime
+	// does not start.
+	if n.engine, err = sandbox.NewEngine(ctx, &sandbox.EngineConfig{SnapshotKey: key}); err != nil {
+		return nil, fmt.Errorf("code mode: %w", err)
+	}
+	if n.cm, err = codemode.Register(w, nc, &codemode.Config{
+		Engine: n.engine, Subjects: g.subjects(), Replicas: f.replicas, Logger: g.log, LeaseTTL: f.leaseTTL,
+	}); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *node) start(ctx context.Context) error {
+	if err := n.startExec(ctx); err != nil {
+		return err
+	}
+	if n.cm != nil {
+		if err := n.cm.Start(ctx); err != nil {
+			return err
+		}
+	}
+	return n.w.Start(ctx)
+}
+
+func (n *node) stop(ctx context.Context) error {
+	err := n.w.Stop(ctx)
+	err = errors.Join(err, n.mcp.Close(), n.stopExec(ctx))
+	if n.cm != nil {
+		err = errors.Join(err, n.cm.Stop(ctx))
+	}
+	if n.engine != nil {
+		err = errors.Join(err, n.engine.Close(ctx))
+	}
+	return err
+}
+
+// snapshotKey reads the snapshot-signing key: a file (raw bytes, or hex)
+// or TOOLQ_SNAPSHOT_KEY (hex). nil when neither is set.
+func snapshotKey(file string) ([]byte, error) {
+	var raw []byte
+	switch {
+	case file != "":
+		b, err := os.ReadFile(file) //nolint:gosec // G304: the operator names the key file
+		if err != nil {
+			return nil, fmt.Errorf("snapshot key: %w", err)
+		}
+		raw = bytes.TrimSpace(b)
+	case os.Getenv("TOOLQ_SNAPSHOT_KEY") != "":
+		raw = []byte(strings.TrimSpace(os.Getenv("TOOLQ_SNAPSHOT_KEY")))
+	default:
+		return nil, nil
+	}
+	if k, err := hex.DecodeString(string(raw)); err == nil {
+		raw = k
+	}
+	if len(raw) < 32 {
+		return nil, contracts.Errorf(contracts.CodeInvalidInput, "snapshot key must be at least 32 bytes (64 hex digits)")
+	}
+	return raw, nil
+}
+
+// devSnapshotKey returns the dev bus's snapshot key file, creating a random
+// key the first time.
+func devSnapshotKey(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, "snapshot.key")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		return "", err
+	}
+	return path, os.WriteFile(path, []byte(hex.EncodeToString(k)+"\n"), 0o600)
+}
+
+// serve starts n and runs it until ctx ends, then stops it gracefully.
+func serve(ctx context.Context, g *globals, n *node, f *workerFlags) error {
+	if err := n.start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	g.log.Info("stopping worker")
+	// ctx has ended: the graceful stop gets its own deadline.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.stopTimeout+5*time.Second)
+	defer cancel()
+	return n.stop(sctx)
+}
+
+func newWorkerCmd(g *globals) *cobra.Command {
+	f := &workerFlags{}
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run a worker against a NATS server",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nc, err := g.connect("toolq worker")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			n, err := newNode(cmd.Context(), g, nc, f)
+			if err != nil {
+				return err
+			}
+			g.log.Info("worker connected", slog.String("nats", g.natsURL), slog.String("name", n.w.Name()), slog.Any("tools", n.w.Tools()))
+			return serve(cmd.Context(), g, n, f)
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func newDevCmd(g *globals) *cobra.Command {
+	f := &workerFlags{}
+	var (
+		listen, dataDir string
+		once, logs      bool
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run an embedded NATS server with JetStream and a worker with every tool",
+		Long: `dev starts a nats-server with JetStream inside this process (data kept in
+--data across restarts), creates toolq's streams, starts a worker with every
+tool, runs one noop job through it as a self-check, and serves until
+interrupted. Other toolq commands and any NATS client connect to --listen.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if err := os.MkdirAll(dataDir, 0o750); err != nil {
+				return fmt.Errorf("data dir: %w", err)
+			}
+			srv, err := embedded.Start(&embedded.Config{Listen: listen, StoreDir: dataDir, Logs: logs})
+			if err != nil {
+				return err
+			}
+			defer srv.Stop()
+			nc, err := srv.Connect(nats.Name("toolq dev worker"))
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			if f.snapshotKeyFile == "" && os.Getenv("TOOLQ_SNAPSHOT_KEY") == "" {
+				if f.snapshotKeyFile, err = devSnapshotKey(dataDir); err != nil {
+					return err
+				}
+			}
+			devApproverSeed(f, dataDir)
+			n, err := newNode(ctx, g, nc, f)
+			if err != nil {
+				return err
+			}
+			if err := n.start(ctx); err != nil {
+				return err
+			}
+			// The NATS-native scheduler: delayed and periodic jobs with no
+			// other service.
+			sched, err := scheduler.NewNATS(nc, &scheduler.NATSConfig{Subjects: g.subjects(), Logger: g.log})
+			if err != nil {
+				_ = n.stop(context.Background())
+				return err
+			}
+			if err := sched.Start(ctx); err != nil {
+				_ = n.stop(context.Background())
+				return fmt.Errorf("scheduler: %w", err)
+			}
+			defer func() {
+				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = sched.Stop(sctx)
+			}()
+			w := n.w
+			abs, _ := filepath.Abs(dataDir)
+			fmt.Fprintf(g.stderr, "toolq dev: NATS with JetStream at %s (data in %s)\n", srv.URL(), abs)
+			fmt.Fprintf(g.stderr, "toolq dev: worker %s runs %v\n", w.Name(), w.Tools())
+			fmt.Fprintf(g.stderr, "toolq dev: connect with  export TOOLQ_NATS=%s\n", srv.URL())
+			fmt.Fprintf(g.stderr, "toolq dev: then try      toolq submit --tool noop --input '{\"hello\":\"toolq\"}' --wait\n")
+			printExecHelp(g, f)
+
+			if err := selfCheck(ctx, g, srv, n.cm != nil); err != nil {
+				_ = n.stop(context.Background())
+				return fmt.Errorf("self-check: %w", err)
+			}
+			if !once {
+				<-ctx.Done()
+			}
+			sctx, cancel := context.WithTimeout(context.Background(), f.stopTimeout+5*time.Second)
+			defer cancel()
+			return n.stop(sctx)
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:4222", "address the embedded server listens on")
+	cmd.Flags().StringVar(&dataDir, "data", ".toolq/dev", "JetStream data directory, kept across restarts")
+	cmd.Flags().BoolVar(&once, "once", false, "exit after the self-check job instead of serving")
+	cmd.Flags().BoolVar(&logs, "server-logs", false, "print the embedded server's logs")
+	return cmd
+}
+
+// selfCheck runs one noop job through the bus and prints its completion event.
+func selfCheck(ctx context.Context, g *globals, srv *embedded.Server, codeMode bool) error {
+	nc, err := srv.Connect(nats.Name("toolq dev self-check"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	p, err := producer.New(nc, &producer.Config{Subjects: g.subjects(), Session: "dev", Logger: g.log})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	job, err := p.Submit(ctx, worker.ToolNoop, []byte(`{"hello":"toolq"}`), nil)
+	if err != nil {
+		return err
+	}
+	ev, err := p.Await(ctx, job.Session, job.ID, nil)
+	if err != nil {
+		return err
+	}
+	if ev.Data.Status != contracts.StatusCompleted {
+		return fmt.Errorf("job %s ended %s", job.ID, ev.Data.Status)
+	}
+	fmt.Fprintf(g.stderr, "toolq dev: self-check job %s completed:\n", job.ID)
+	if err := g.printJSON(ev); err != nil {
+		return err
+	}
+	if !codeMode {
+		return nil
+	}
+	// Code mode: guest code whose nested call is a queued job; the run
+	// suspends to NATS while it is pending and resumes when it is back.
+	in, _ := json.Marshal(codemode.ExecInput{
+		Code:       `const echo = await tools.callValue("toolq:core:noop", {hello: "code mode"}); text("nested call came back"); return {echo, tools: ALL_TOOLS.length};`,
+		AutoResume: true,
+	})
+	run, err := p.Submit(ctx, contracts.ToolCodeModeExec, in, nil)
+	if err != nil {
+		return err
+	}
+	ev, err = p.Await(ctx, run.Session, run.ID, nil)
+	if err != nil {
+		return err
+	}
+	if ev.Data.Status != contracts.StatusCompleted {
+		b, _ := json.Marshal(ev.Data)
+		return fmt.Errorf("code-mode run %s ended %s: %s", run.ID, ev.Data.Status, b)
+	}
+	fmt.Fprintf(g.stderr, "toolq dev: self-check code-mode run %s (suspended on a nested job, resumed) completed:\n", run.ID)
+	return printRaw(g, ev.Data.Result)
+}

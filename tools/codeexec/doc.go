@@ -1,0 +1,77 @@
+// Package codeexec implements the code_execution tool: a task (an analysis
+// request with its data inline) runs in a model provider's server-side
+// Python sandbox — xAI or OpenAI Responses code_interpreter, Gemini
+// codeExecution, Anthropic's code execution tool — and comes back as one
+// normalized result.
+//
+// # Wiring
+//
+// A worker builds the tool once and calls Handle for each code_execution job:
+//
+//	tool, err := providers.NewCodeExecution(&providers.Config{
+//		OnBreakerChange: func(c providers.BreakerChange) { /* log, publish an event */ },
+//	})
+//	details, err := tool.Handle(ctx, job) // err is a *contracts.Error
+//
+// While Accepting reports false (every enabled provider's breaker is open)
+// the worker should stop pulling code_execution jobs; Available tells it
+// about one provider.
+//
+// # Input and result
+//
+// Input is {task, provider?, model?, maxTurns?, timeoutSeconds?, failover?}
+// (see Input); unknown fields and providers are invalid_input. The result is
+// Details: seed 000's {task, provider, model, tookMs, content, citations,
+// usedCodeExecution, outputTypes} plus runs (each executed code block with
+// its outcome and output), usage (tokens, tool calls, cost), attempts and
+// the failover trail. provider names the provider that answered.
+//
+// # Failures
+//
+// Handle never panics on provider input; failures are *contracts.Error:
+//
+//   - missing_credentials, not retryable: the provider has no API key.
+//     Details is seed 000's payload {error: "missing_xai_api_key", message,
+//     docs}.
+//   - provider_error, not retryable: 401/403 (bad credentials), other 4xx,
+//     a malformed response body, or an answer without text ("no answer text
+//     returned; try a simpler request").
+//   - provider_unavailable, retryable: 429, 5xx, timeouts and dropped
+//     connections that outlasted the retries, or an open breaker. Details
+//     carries retryAfterMs when the provider (Retry-After) or the breaker
+//     says how long to wait.
+//   - timeout (retryable) or cancelled: the job's context ended.
+//
+// Every other failure's Details is {provider, model, kind, status,
+// retryAfterMs, attempts, failover}.
+//
+// # Retries, breakers and failover
+//
+// Within one provider, retryable failures are retried with exponential
+// backoff (backoff/v4), waiting at least the server's Retry-After, for at
+// most Config.Retry.MaxAttempts attempts and never past the job's deadline:
+// a wait that would outlast it ends the job at once with a retryable error.
+// Each attempt is bounded by the provider's timeoutSeconds (30 by default).
+// While a job may still fail over, each provider gets an even share of the
+// remaining deadline, so a provider that hangs leaves time for the next.
+//
+// Each provider+model has a gobreaker/v2 breaker. Only provider faults count
+// (5xx, transport failures, malformed bodies); 4xx, 429, answers without text
+// and cancellations neither trip nor heal it. After
+// Config.Breaker.Failures consecutive faults (5) it opens; calls fail fast
+// until OpenTimeout passes, then one half-open probe decides. A job whose
+// provider is unavailable — open breaker, exhausted retries, bad or missing
+// credentials — moves on to the next provider of its failover list.
+//
+// # Configuration
+//
+// A provider is enabled when its API key resolves (Config, then
+// XAI_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY/GOOGLE_API_KEY,
+// ANTHROPIC_API_KEY) and it is not disabled with enabled: false. Unknown
+// provider names in the configuration fail NewCodeExecution. Base URLs are
+// configurable, so tests run the real clients against local servers.
+// Request and response bodies are logged at debug level with keys redacted.
+//
+// The wire clients live in the subpackages xai, openai, gemini and
+// anthropic; their shared types in provider.
+package codeexec

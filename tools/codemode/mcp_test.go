@@ -1,0 +1,215 @@
+package codemode_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/testutil"
+	"github.com/toolq/toolq/tools/mcp"
+	"github.com/toolq/toolq/worker"
+)
+
+type issueIn struct {
+	Owner string `json:"owner"`
+	Repo  string `json:"repo"`
+	Title string `json:"title"`
+	Body  string `json:"body,omitempty"`
+}
+
+type issueOut struct {
+	Number int    `json:"number"`
+	URL    string `json:"url"`
+}
+
+// startGitHub serves a small "github" MCP server over streamable HTTP:
+// create_issue (with an output schema), search_code (without) and
+// lock_issue (a tool error).
+func startGitHub(t *testing.T) string {
+	t.Helper()
+	s := sdk.NewServer(&sdk.Implementation{Name: "github", Version: "1"}, nil)
+	sdk.AddTool(s, &sdk.Tool{Name: "create_issue", Description: "Create a GitHub issue."},
+		func(_ context.Context, _ *sdk.CallToolRequest, in issueIn) (*sdk.CallToolResult, issueOut, error) {
+			return nil, issueOut{Number: 7, URL: "https://github.example/" + in.Owner + "/" + in.Repo + "/issues/7"}, nil
+		})
+	sdk.AddTool(s, &sdk.Tool{Name: "search_code", Description: "Search code."},
+		func(_ context.Context, _ *sdk.CallToolRequest, in struct {
+			Query string `json:"query"`
+		},
+		) (*sdk.CallToolResult, any, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "found " + in.Query}}}, nil, nil
+		})
+	sdk.AddTool(s, &sdk.Tool{Name: "lock_issue", Description: "Lock an issue."},
+		func(context.Context, *sdk.CallToolRequest, struct{}) (*sdk.CallToolResult, any, error) {
+			return nil, nil, errors.New("locking is not allowed")
+		})
+	ts := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, nil))
+	t.Cleanup(ts.Close)
+	return ts.URL
+}
+
+// registerMCP registers the tools of the configured servers on w, the way
+// the toolq binary does.
+func registerMCP(t *testing.T, cfg *mcp.Config) func(w *worker.Worker) {
+	t.Helper()
+	cfg.Logger = quiet
+	servers, err := mcp.New(testutil.Context(t, 20*time.Second), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, servers.Close()) })
+	return func(w *worker.Worker) {
+		for _, tool := range servers.Tools() {
+			entry := tool.Catalog
+			require.NoError(t, w.Register(tool.Name, worker.HandlerFunc(tool.Handle), &worker.ToolConfig{Catalog: &entry}))
+		}
+	}
+}
+
+func TestMCPToolsInCodeMode(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	url := startGitHub(t)
+	// The same server twice: under a plain name and under one that the
+	// guest sees in camel case.
+	w := b.startWorker(t, "A", nil, registerMCP(t, &mcp.Config{Servers: map[string]mcp.ServerConfig{
+		"github": {URL: url}, "code-search": {URL: url},
+	}}))
+	require.Contains(t, w.Tools(), "mcp.github.create_issue")
+	require.Contains(t, w.Tools(), "mcp.code-search.search_code")
+
+	// Declarations come without any bridge or tool call.
+	job := b.exec(t, `
+		const files = await API.list("mcp");
+		const decl = await API.read("mcp/github.d.ts");
+		const api = await MCP.github.$api();
+		return {files, decl, same: api === decl, fns: Object.keys(MCP.github).sort(), namespaces: Object.keys(MCP).sort()};`, nil, nil)
+	ev := b.await(t, job, false)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, string(ev.Data.Result))
+	r := result(t, ev.Data.Result)
+	require.Zero(t, r.Telemetry.BridgeCalls.Search+r.Telemetry.BridgeCalls.Describe+r.Telemetry.BridgeCalls.Call)
+	require.Zero(t, r.Telemetry.NestedCalls)
+	var decl struct {
+		Files []string `json:"files"`
+		Decl  string   `json:"decl"`
+		Same  bool     `json:"same"`
+		Fns   []string `json:"fns"`
+		NS    []string `json:"namespaces"`
+	}
+	require.NoError(t, json.Unmarshal(r.Value, &decl))
+	require.ElementsMatch(t, []string{"mcp/github.d.ts", "mcp/codeSearch.d.ts"}, decl.Files)
+	require.Equal(t, []string{mcp.Namespace("code-search"), "github"}, decl.NS)
+	require.True(t, decl.Same, "$api() returns the declaration")
+	require.Equal(t, []string{"$api", "createIssue", "lockIssue", "searchCode"}, decl.Fns)
+	require.True(t, strings.HasPrefix(decl.Decl, "declare namespace MCP.github {"), decl.Decl)
+	for _, want := range []string{
+		"Create a GitHub issue.",
+		"@id mcp:github:create_issue",
+		"function createIssue(input: { body?: string; owner: string; repo: string; title: string }): Promise<McpToolResult & { structuredContent?: { number: number; url: string } }>;",
+		"function searchCode(input: { query: string }): Promise<McpToolResult>;",
+	} {
+		require.Contains(t, decl.Decl, want)
+	}
+
+	// Namespace calls are nested jobs; each returns the McpToolResult.
+	job = b.exec(t, `
+		const issue = await MCP.github.createIssue({owner: "toolq", repo: "toolq", title: "Look at the logs"});
+		const [hits, locked, other] = await Promise.all([
+			MCP.github.searchCode({query: "wazero"}), MCP.github.lockIssue({}), MCP.codeSearch.searchCode({query: "quickjs"}),
+		]);
+		let direct = "";
+		try { await tools.call("mcp:github:create_issue", {owner: "o", repo: "r", title: "t"}); } catch (e) { direct = e.message; }
+		return {
+			issue, hits, locked, other, direct,
+			ids: ALL_TOOLS.map((t) => t.id),
+			toolNames: Object.keys(tools),
+			found: (await tools.search("issue")).map((t) => t.id),
+		};`, map[string]any{"autoResume": true}, nil)
+	first := b.await(t, job, true)
+	require.Equal(t, contracts.StatusWaiting, first.Data.Status, string(first.Data.Result))
+	ev = b.await(t, job, false)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, string(ev.Data.Result))
+	r = result(t, ev.Data.Result)
+	require.Equal(t, 4, r.Telemetry.NestedCalls)
+	var v struct {
+		Issue     map[string]any `json:"issue"`
+		Hits      map[string]any `json:"hits"`
+		Locked    map[string]any `json:"locked"`
+		Other     map[string]any `json:"other"`
+		Direct    string         `json:"direct"`
+		IDs       []string       `json:"ids"`
+		ToolNames []string       `json:"toolNames"`
+		Found     []string       `json:"found"`
+	}
+	require.NoError(t, json.Unmarshal(r.Value, &v))
+	require.Equal(t, map[string]any{"number": 7.0, "url": "https://github.example/toolq/toolq/issues/7"}, v.Issue["structuredContent"])
+	require.NotEmpty(t, v.Issue["content"])
+	require.NotContains(t, v.Issue, "isError")
+	require.Equal(t, []any{map[string]any{"type": "text", "text": "found wazero"}}, v.Hits["content"])
+	require.Equal(t, []any{map[string]any{"type": "text", "text": "found quickjs"}}, v.Other["content"])
+	require.Equal(t, true, v.Locked["isError"])
+	require.Contains(t, v.Locked["content"].([]any)[0].(map[string]any)["text"], "locking is not allowed")
+	require.Contains(t, v.Direct, "call it as MCP.github.createIssue(input)")
+
+	// MCP tools are reachable only through their namespace.
+	require.Contains(t, v.IDs, "toolq:core:noop")
+	for _, id := range append(v.IDs, v.Found...) {
+		require.False(t, strings.HasPrefix(id, "mcp:"), id)
+	}
+	for _, n := range v.ToolNames {
+		require.NotContains(t, []string{"create_issue", "createIssue", "search_code", "searchCode", "lock_issue", "lockIssue"}, n)
+	}
+	require.Contains(t, v.ToolNames, "noop")
+
+	// The MCP calls ran as jobs under the run.
+	var nested []string
+	require.NoError(t, b.prod.ReadEvents(testutil.Context(t, 10*time.Second), job.Session, nil, func(ev *contracts.Event) error {
+		if ev.Data.Parent != nil && ev.Data.Parent.RunID == job.ID && ev.Data.Status == contracts.StatusCompleted {
+			nested = append(nested, ev.Data.Tool)
+		}
+		return nil
+	}))
+	require.ElementsMatch(t, []string{"mcp.github.create_issue", "mcp.github.search_code", "mcp.github.lock_issue", "mcp.code-search.search_code"}, nested)
+}
+
+// TestMCPStdioServerInCodeMode runs a stdio MCP server (the test server
+// program of tools/mcp) under a worker and calls it from guest code.
+func TestMCPStdioServerInCodeMode(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "testserver")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/toolq/toolq/tools/mcp/internal/testserver/stdio").CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	b := setup(t)
+	b.startWorker(t, "A", nil, registerMCP(t, &mcp.Config{Servers: map[string]mcp.ServerConfig{"local-tools": {Command: bin}}}))
+	job := b.exec(t, `
+		const [echo, sum, failed] = await Promise.all([
+			MCP.localTools.echo({text: "ab", times: 2}),
+			MCP.localTools.add({a: 2, b: 40}),
+			MCP.localTools.fail({reason: "no"}),
+		]);
+		let bad = "";
+		try { await MCP.localTools.add({a: "two", b: 1}); } catch (e) { bad = e.message; }
+		return {echo: echo.content[0].text, sum: sum.structuredContent.sum, failed: failed.isError === true, bad};`,
+		map[string]any{"autoResume": true}, nil)
+	ev := b.await(t, job, false)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, string(ev.Data.Result))
+	require.JSONEq(t, `{"echo":"abab","sum":42,"failed":true,"bad":"invalid_input: mcp tool mcp.local-tools.add: input does not match its schema: at '/a': got string, want number"}`,
+		string(result(t, ev.Data.Result).Value))
+
+	// MCP tools count as side-effecting: a restartSafe run may not call them.
+	job = b.exec(t, `try { await MCP.localTools.echo({text: "x"}); return "called"; } catch (e) { return e.message; }`,
+		map[string]any{"restartSafe": true}, nil)
+	ev = b.await(t, job, false)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, string(ev.Data.Result))
+	require.Contains(t, string(result(t, ev.Data.Result).Value), "refused in a restartSafe run")
+}

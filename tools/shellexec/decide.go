@@ -1,0 +1,168 @@
+package shellexec
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/shell"
+	"github.com/toolq/toolq/worker"
+)
+
+// handleDecide applies a person's signed decision to an approval, once.
+//
+// A decision that does not verify (unsigned, unknown approver, bad
+// signature, another approval or command, expired) fails the job with code
+// denied and leaves the approval alone. The first valid decision wins by a
+// write conditional on the record's revision; a later or replayed one
+// completes with applied=false. An approval runs its command inside the
+// decide job, so a worker that dies meanwhile is noticed (the redelivered
+// decide job fails the exec job instead of running the command again).
+func (s *ShellExec) handleDecide(ctx context.Context, job *contracts.Job) (json.RawMessage, error) {
+	var in DecideInput
+	dec := json.NewDecoder(bytes.NewReader(job.Input))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		return nil, permanent(contracts.CodeInvalidInput, "malformed decision: %v", err)
+	}
+	d := &in.Decision
+	if err := contracts.ValidateID("approval id", d.ApprovalID); err != nil {
+		return nil, worker.Permanent(err)
+	}
+	log := s.log.With(slog.String("approval", d.ApprovalID), slog.String("decideJob", job.ID), slog.String("approver", d.Approver))
+	for range 10 {
+		rec, rev, err := s.store.load(ctx, d.ApprovalID)
+		if errors.Is(err, errNoApproval) {
+			log.Info("decision for an unknown or expired approval")
+			return nil, permanent(contracts.CodeInvalidInput, "approval %s is unknown or expired", d.ApprovalID)
+		}
+		if err != nil {
+			return nil, err
+		}
+		resumed := rec.Status != StatusPending && rec.DecideJob == job.ID &&
+			rec.Decision != nil && rec.Decision.Signature == d.Signature
+		if !resumed {
+			if verr := shell.VerifyDecision(d, &rec.Approval, s.cfg.Approvers, time.Now()); verr != nil {
+				log.Warn("approval decision refused", slog.Any("err", verr))
+				return nil, permanent(contracts.CodeDenied, "decision refused: %v", verr)
+			}
+		}
+		res := DecideResult{ApprovalID: rec.Approval.ID, JobID: rec.Approval.JobID, Session: rec.Approval.Session, Status: rec.Status}
+		if rec.Status != StatusPending && !resumed {
+			log.Info("approval already decided; decision ignored", slog.String("status", rec.Status))
+			return mustJSON(res), nil
+		}
+		if !resumed {
+			rec.Status = StatusApproved
+			if d.Verdict == shell.Reject {
+				rec.Status = StatusDenied
+			}
+			dc := *d
+			rec.Decision, rec.DecideJob, rec.DecidedAt = &dc, job.ID, time.Now().UTC()
+			if _, err := s.store.save(ctx, rec, rev, s.cfg.DecidedTTL); err != nil {
+				if errors.Is(err, errStale) {
+					continue // decided or cancelled meanwhile: look again
+				}
+				return nil, err
+			}
+			log.Info("approval decided", slog.String("status", rec.Status), slog.Bool("always", d.Always))
+		}
+		res.Status, res.Applied = rec.Status, true
+		decided := func() {
+			if !job.Progress {
+				return
+			}
+			// Tell the approver at once; an approved command may run long.
+			if err := s.emit(ctx, job, contracts.StatusProgress, 1, res, nil); err != nil {
+				log.Debug("decision progress not written", slog.Any("err", err))
+			}
+		}
+		if err := s.apply(ctx, rec, decided); err != nil {
+			return nil, err
+		}
+		return mustJSON(res), nil
+	}
+	return nil, fmt.Errorf("shellexec: approval %s kept changing", d.ApprovalID)
+}
+
+// apply carries a recorded decision out on the exec job, calling decided
+// once the job's approved or denied event is written (or the job is found
+// ended), before an approved command runs.
+func (s *ShellExec) apply(ctx context.Context, rec *Record, decided func()) error {
+	a := &rec.Approval
+	d := rec.Decision
+	ref := &contracts.Job{ID: a.JobID, Session: a.Session, Tool: rec.Tool}
+	if rec.Status == StatusDenied {
+		reason := ReasonApprover
+		if d.Reason != "" {
+			reason += ": " + d.Reason
+		}
+		err := s.emit(ctx, ref, contracts.StatusDenied, 1,
+			DeniedResult{Reason: reason, Command: a.Plan.Command, Misses: a.Misses, ApprovalID: a.ID, Approver: d.Approver},
+			contracts.Errorf(contracts.CodeDenied, "%s", reason))
+		if err != nil && !isEnded(err) {
+			return err
+		}
+		decided()
+		return nil
+	}
+	if d.Always {
+		if err := s.allow(ctx, a.Unlisted); err != nil {
+			return err
+		}
+	}
+	last, err := s.lastEvent(ctx, s.cfg.Subjects.Event(a.Session, a.JobID))
+	if err != nil {
+		return err
+	}
+	switch {
+	case last == nil:
+		return permanent(contracts.CodeInternalError, "exec job %s has no events", a.JobID)
+	case last.Data.Status.Terminal():
+		s.log.Info("approved job already ended; not run", slog.String("job", a.JobID), slog.String("status", string(last.Data.Status)))
+		decided()
+		return nil
+	case last.Data.Status != contracts.StatusApprovalPending:
+		// Approved before, by this decide job on a worker that stopped.
+		werr := contracts.Errorf(contracts.CodeInternalError, "the worker running the approved command stopped; it is not run again")
+		if err := s.emit(ctx, ref, contracts.StatusFailed, 1, nil, werr); err != nil && !isEnded(err) {
+			return err
+		}
+		return nil
+	}
+	err = s.emit(ctx, ref, contracts.StatusApproved, 1, ApprovedResult{ApprovalID: a.ID, Approver: d.Approver, Always: d.Always}, nil)
+	if isEnded(err) {
+		decided()
+		return nil // cancelled meanwhile
+	}
+	if err != nil {
+		return err
+	}
+	decided()
+	s.runApproved(ctx, rec, ref)
+	return nil
+}
+
+// lastEvent returns the last event on subject (which may hold a wildcard);
+// nil when there is none.
+func (s *ShellExec) lastEvent(ctx context.Context, subject string) (*contracts.Event, error) {
+	raw, err := s.events.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("shellexec: last event on %s: %w", subject, err)
+	}
+	ev, err := contracts.DecodeEvent(raw.Data)
+	if err != nil {
+		return nil, fmt.Errorf("shellexec: stored event on %s: %w", subject, err)
+	}
+	return ev, nil
+}

@@ -1,0 +1,87 @@
+package shellexec
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/internal/bus"
+	"github.com/toolq/toolq/shell"
+)
+
+// Approval statuses in a record.
+const (
+	StatusPending   = "pending"
+	StatusApproved  = "approved"
+	StatusDenied    = "denied"
+	StatusCancelled = "cancelled"
+)
+
+// Record is an approval as kept in the toolq_approvals bucket under its id.
+// It is created pending with the approval's TTL (its expiry denies the job
+// with reason timeout) and decided once, by a write conditional on the
+// revision read, which keeps it DecidedTTL longer.
+type Record struct {
+	Approval shell.Approval `json:"approval"`
+	// Tool is the job's tool (exec).
+	Tool string `json:"tool"`
+	// Background runs the approved command as a background session.
+	Background bool   `json:"background,omitempty"`
+	Status     string `json:"status"`
+	// Decision is the signed decision that decided the approval; DecideJob
+	// is the exec.decide job that applied it (its redelivery resumes the
+	// decision, any other job's does nothing).
+	Decision  *shell.ApprovalDecision `json:"decision,omitempty"`
+	DecideJob string                  `json:"decideJob,omitempty"`
+	DecidedAt time.Time               `json:"decidedAt,omitzero"`
+}
+
+// store reads and writes approval records.
+type store struct {
+	js   jetstream.JetStream
+	kv   jetstream.KeyValue
+	subj string // $KV.<bucket>.
+}
+
+var (
+	errNoApproval = errors.New("shellexec: no such approval")
+	errStale      = errors.New("shellexec: approval record changed")
+)
+
+func (s *store) load(ctx context.Context, id string) (*Record, uint64, error) {
+	e, err := s.kv.Get(ctx, id)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, 0, errNoApproval
+		}
+		return nil, 0, fmt.Errorf("shellexec: load approval %s: %w", id, err)
+	}
+	var r Record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return nil, 0, fmt.Errorf("shellexec: approval record %s: %w", id, err)
+	}
+	return &r, e.Revision(), nil
+}
+
+// save writes r if the record is still at rev (0: it must not exist) with a
+// TTL of its own, so an undecided approval expires and leaves a marker.
+func (s *store) save(ctx context.Context, r *Record, rev uint64, ttl time.Duration) (uint64, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return 0, err
+	}
+	msg := &nats.Msg{Subject: s.subj + r.Approval.ID, Data: data}
+	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
+	if err != nil {
+		if bus.IsWrongLastSequence(err) {
+			return 0, errStale
+		}
+		return 0, fmt.Errorf("shellexec: save approval %s: %w", r.Approval.ID, err)
+	}
+	return ack.Sequence, nil
+}
