@@ -18,7 +18,7 @@ type Catalog struct {
 	byID  map[string]int
 }
 
-// sourceOpenClawSeed is seed 001's name for the host's own tools, accepted
+// sourceOpenClawSeed is the code-mode contract's name for the host's own tools, accepted
 // beside SourceToolq.
 const sourceOpenClawSeed = "openclaw"
 

@@ -1,7 +1,7 @@
 // Package sandbox runs code-mode programs: model-written JavaScript or
 // TypeScript executed in QuickJS-NG compiled to WebAssembly (the quickjs.wasm
 // of the npm package quickjs-wasi 3.7.0) on wazero, with the guest runtime
-// of seed 001 (ALL_TOOLS, tools, MCP, namespaces, API, text, json,
+// of the code-mode contract (ALL_TOOLS, tools, MCP, namespaces, API, text, json,
 // yield_control). A run that awaits tool calls is frozen into a signed
 // snapshot and resumed later, in any process holding the same key.
 //
@@ -21,13 +21,13 @@
 //
 // # Exec
 //
-// Engine.Exec validates the Input as seed 001 says (one of code and command,
+// Engine.Exec validates the Input as the code-mode contract says (one of code and command,
 // equal when both are set; language javascript, the default, or typescript,
 // transpiled by esbuild without type checking), refuses import, require,
 // dynamic import and module-loader forms with invalid_input, and runs the
 // code as the body of an async function: top-level await and return work.
 // The run ends completed (the returned value, as JSON), failed (error and,
-// for host-side causes, one of the seed's codes) or waiting.
+// for host-side causes, one of the contract's codes) or waiting.
 //
 // # Guest runtime
 //
@@ -65,7 +65,7 @@
 //
 // # Limits
 //
-// Limits follow seed 001: timeoutMs per exec or resume slice (enforced by
+// Limits follow the code-mode contract: timeoutMs per exec or resume slice (enforced by
 // QuickJS's interrupt handler, so that catch blocks cannot swallow it),
 // memoryLimitBytes (QuickJS heap; the wasm memory is capped at 2.5× the
 // engine's maximum plus 2 MiB), maxOutputBytes (text, json and the returned

@@ -19,7 +19,7 @@ import (
 var prelude string
 
 // Limits bound one run. Zero fields take the engine's defaults. JSON names
-// follow seed 001's tools.codeMode settings.
+// follow the code-mode contract's tools.codeMode settings.
 type Limits struct {
 	TimeoutMs           int   `json:"timeoutMs,omitempty"`
 	MemoryLimitBytes    int64 `json:"memoryLimitBytes,omitempty"`
@@ -30,7 +30,7 @@ type Limits struct {
 	MaxSearchLimit      int   `json:"maxSearchLimit,omitempty"`
 }
 
-// DefaultLimits returns seed 001's defaults.
+// DefaultLimits returns the code-mode contract's defaults.
 func DefaultLimits() Limits {
 	return Limits{
 		TimeoutMs:           10000,

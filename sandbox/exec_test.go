@@ -112,7 +112,7 @@ func TestExecFailures(t *testing.T) {
 	}
 }
 
-// TestSandboxEscapes covers the seed's "import, require, file system,
+// TestSandboxEscapes covers the contract's "import, require, file system,
 // network and environment access fail" item.
 func TestSandboxEscapes(t *testing.T) {
 	t.Parallel()

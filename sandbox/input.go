@@ -9,7 +9,7 @@ import (
 	"github.com/toolq/toolq/contracts"
 )
 
-// Validate checks the exec input as seed 001 says: one of code and command
+// Validate checks the exec input as the code-mode contract says: one of code and command
 // is non-empty, both agree when both are given, and language is javascript
 // (the default) or typescript. It returns the source and the language.
 func (in Input) Validate() (source, language string, err error) {

@@ -7,7 +7,7 @@ import (
 	"github.com/toolq/toolq/contracts"
 )
 
-// Input is the exec input of seed 001: one of Code or Command, and a
+// Input is the exec input of the code-mode contract: one of Code or Command, and a
 // language.
 type Input struct {
 	Code     string `json:"code,omitempty"`
@@ -37,7 +37,7 @@ const (
 	ReasonYield        = "yield"
 )
 
-// Result is the seed's CodeModeResult: completed {value, output, telemetry},
+// Result is the contract's CodeModeResult: completed {value, output, telemetry},
 // waiting {runId, reason, pendingToolCalls, output, telemetry} or failed
 // {error, code, output, telemetry}.
 type Result struct {
@@ -109,7 +109,7 @@ type CatalogEntry struct {
 	Name        string `json:"name"`
 	Label       string `json:"label,omitempty"`
 	Description string `json:"description"`
-	// Source is "openclaw", "mcp" or "client" (seed 001).
+	// Source is "openclaw", "mcp" or "client" (the code-mode contract).
 	Source     string `json:"source"`
 	SourceName string `json:"sourceName,omitempty"`
 	// Input is a compact input hint, such as "{ path: string }".
@@ -127,7 +127,7 @@ type Tool struct {
 // Tool sources.
 const (
 	SourceToolq = "toolq"
-	// SourceOpenClaw is the seed's name for toolq's own tools; toolq
+	// SourceOpenClaw is the contract's name for toolq's own tools; toolq
 	// reports them as SourceToolq.
 	SourceOpenClaw = SourceToolq
 	SourceMCP      = "mcp"

@@ -127,7 +127,7 @@ func (pl *Plan) Hash() string {
 const (
 	// DefaultApprovalTTL is how long an approval waits for a person.
 	DefaultApprovalTTL = 30 * time.Minute
-	// DefaultRunningNoticeMs is approvalRunningNoticeMs of seed 003: one
+	// DefaultRunningNoticeMs is approvalRunningNoticeMs of the exec contract: one
 	// running notice when an approved command runs longer (0 disables).
 	DefaultRunningNoticeMs = 10000
 )
@@ -241,7 +241,7 @@ func NewDecision(a *Approval, v Verdict, always bool, reason string, now time.Ti
 }
 
 // SignDecision signs d with an nkey seed (user or account). It sets Approver
-// to the seed's public key and a random Nonce when d has none.
+// to the contract's public key and a random Nonce when d has none.
 func SignDecision(d ApprovalDecision, seed []byte) (ApprovalDecision, error) {
 	kp, err := nkeys.FromSeed(seed)
 	if err != nil {

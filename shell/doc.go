@@ -1,4 +1,4 @@
-// Package shell is the core of toolq's approval-gated exec tool (seed 003):
+// Package shell is the core of toolq's approval-gated exec tool (the exec contract):
 // the job's input, the security policy, approval records with signed
 // decisions, and the runner. It imports no bus code; the worker wires these
 // pure pieces to JetStream (approval_pending events, the toolq_approvals
@@ -6,7 +6,7 @@
 //
 // # Input
 //
-// DecodeInput decodes an exec job's input strictly and applies the seed's
+// DecodeInput decodes an exec job's input strictly and applies the contract's
 // defaults (host sandbox, timeout 1800 s, yieldMs 10000). Bad input is a
 // *contracts.Error with code invalid_input.
 //

@@ -53,7 +53,7 @@ const (
 	AskAlways Ask = "always"
 )
 
-// Defaults and limits of the exec job (seed 003).
+// Defaults and limits of the exec job (the exec contract).
 const (
 	// DefaultTimeoutSeconds is the timeout of a job that sets none.
 	DefaultTimeoutSeconds = 1800
@@ -133,7 +133,7 @@ func DecodeInput(data []byte) (*Input, error) {
 	return &in, nil
 }
 
-// ApplyDefaults fills the seed's defaults: host sandbox, timeout 1800 s,
+// ApplyDefaults fills the contract's defaults: host sandbox, timeout 1800 s,
 // yieldMs 10000.
 func (in *Input) ApplyDefaults() {
 	if in.Host == "" {

@@ -11,7 +11,7 @@ import (
 )
 
 // DefaultPath is the fixed PATH commands resolve through when the worker
-// configures none (the seed's Linux daemon PATH).
+// configures none (the contract's Linux daemon PATH).
 var DefaultPath = []string{"/usr/local/bin", "/usr/bin", "/bin"}
 
 // DefaultShell runs the command text. Commands are parsed as bash, so they
@@ -23,7 +23,7 @@ const DefaultShell = "bash"
 // Effective.
 type Policy struct {
 	// Security is the mode; empty means DefaultSecurity(host): deny for the
-	// sandbox, allowlist for the worker host (seed 003).
+	// sandbox, allowlist for the worker host (the exec contract).
 	Security Security `json:"security,omitempty"`
 	// Ask is when to ask a person; empty means on-miss.
 	Ask Ask `json:"ask,omitempty"`
@@ -81,7 +81,7 @@ func (p Policy) WithAllowed(bins ...string) Policy {
 	return p
 }
 
-// DefaultSecurity is the seed's default mode for a host: deny for the
+// DefaultSecurity is the contract's default mode for a host: deny for the
 // sandbox, allowlist for the worker host.
 func DefaultSecurity(h Host) Security {
 	if h == HostWorker {

@@ -77,7 +77,7 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 			Replicas:    c.Replicas,
 			Duplicates:  c.DuplicateWindow,
 			Discard:     jetstream.DiscardOld,
-			// Message schedules (scheduler issue) live in this stream.
+			// Message schedules (the NATS-native scheduler engine) live in this stream.
 			AllowMsgSchedules: true,
 			AllowMsgTTL:       true,
 		},

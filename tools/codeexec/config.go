@@ -30,7 +30,7 @@ const (
 
 // Defaults.
 const (
-	// DefaultTimeoutSeconds bounds one HTTP attempt (seed 000).
+	// DefaultTimeoutSeconds bounds one HTTP attempt (the code_execution contract).
 	DefaultTimeoutSeconds = 30
 	// DefaultJobTimeout bounds a Handle call whose context has no deadline.
 	DefaultJobTimeout = 2 * time.Minute
@@ -52,7 +52,7 @@ type Config struct {
 	// anthropic). Any other name fails NewCodeExecution: unknown provider
 	// config fails closed.
 	Providers map[string]*ProviderConfig `json:"providers,omitempty"`
-	// DefaultProvider answers jobs that name none; "xai" when empty (seed
+	// DefaultProvider answers jobs that name none; "xai" when empty (the
 	// 000), or the first enabled provider when xai is not.
 	DefaultProvider string `json:"defaultProvider,omitempty"`
 	// Retry tunes the retries within one provider.
@@ -83,7 +83,7 @@ type Config struct {
 }
 
 // ProviderConfig configures one provider. Invalid values fall back to the
-// defaults, as seed 000 describes (with a warning logged).
+// defaults, as the code_execution contract describes (with a warning logged).
 type ProviderConfig struct {
 	// Enabled false disables the provider; nil or true enables it when its
 	// API key resolves.

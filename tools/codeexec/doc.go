@@ -21,7 +21,7 @@
 //
 // Input is {task, provider?, model?, maxTurns?, timeoutSeconds?, failover?}
 // (see Input); unknown fields and providers are invalid_input. The result is
-// Details: seed 000's {task, provider, model, tookMs, content, citations,
+// Details: the code_execution contract's {task, provider, model, tookMs, content, citations,
 // usedCodeExecution, outputTypes} plus runs (each executed code block with
 // its outcome and output), usage (tokens, tool calls, cost), attempts and
 // the failover trail. provider names the provider that answered.
@@ -31,7 +31,7 @@
 // Handle never panics on provider input; failures are *contracts.Error:
 //
 //   - missing_credentials, not retryable: the provider has no API key.
-//     Details is seed 000's payload {error: "missing_xai_api_key", message,
+//     Details is the code_execution contract's payload {error: "missing_xai_api_key", message,
 //     docs}.
 //   - provider_error, not retryable: 401/403 (bad credentials), other 4xx,
 //     a malformed response body, or an answer without text ("no answer text

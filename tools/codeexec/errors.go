@@ -33,7 +33,7 @@ const KindBreakerOpen = "breaker_open"
 // DocsPath is the docs reference of the missing-credentials payload.
 const DocsPath = "docs/tools/code-execution"
 
-// MissingCredentials is the structured payload of seed 000, carried in the
+// MissingCredentials is the structured payload of the code_execution contract, carried in the
 // Details of a missing_credentials error.
 type MissingCredentials struct {
 	Error   string `json:"error"`

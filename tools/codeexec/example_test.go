@@ -63,7 +63,7 @@ func ExampleNewCodeExecution() {
 	// $0.005 estimate
 }
 
-// Without credentials the job fails with seed 000's structured payload,
+// Without credentials the job fails with the code_execution contract's structured payload,
 // not a panic and not a retry.
 func ExampleCodeExecution_Handle_missingCredentials() {
 	tool, _ := codeexec.NewCodeExecution(&codeexec.Config{

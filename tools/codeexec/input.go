@@ -125,7 +125,7 @@ type Run = provider.Run
 // Image is an image the code produced.
 type Image = provider.Image
 
-// Details is the result of a code_execution job (seed 000's details plus
+// Details is the result of a code_execution job (the code_execution contract's details plus
 // runs, usage, attempts and the failover trail).
 type Details struct {
 	Task              string   `json:"task"`

@@ -151,7 +151,7 @@ func TestMissingCredentials(t *testing.T) {
 
 func TestMissingCredentialsPayloadShape(t *testing.T) {
 	t.Parallel()
-	// No provider has a key: the default stays xai (seed 000).
+	// No provider has a key: the default stays xai (the code_execution contract).
 	b := setup(t, func(c *codeexec.Config) {
 		for _, pc := range c.Providers {
 			pc.APIKey = ""

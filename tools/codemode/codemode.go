@@ -167,7 +167,7 @@ func (c *CodeMode) Stop(ctx context.Context) error {
 	return nil
 }
 
-// ExecInput is the input of a code_mode.exec job: seed 001's exec input and
+// ExecInput is the input of a code_mode.exec job: the code-mode contract's exec input and
 // the bus's options.
 type ExecInput struct {
 	Code     string `json:"code,omitempty"`
@@ -195,7 +195,7 @@ type WaitInput struct {
 	RunID string `json:"runId"`
 }
 
-// Messages of seed 001 for waits that cannot proceed.
+// Messages of the code-mode contract for waits that cannot proceed.
 const (
 	msgUnavailable   = "code mode run is unavailable or expired."
 	msgOtherSession  = "code mode run belongs to a different session."

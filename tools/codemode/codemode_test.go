@@ -17,8 +17,8 @@ import (
 	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/sandbox"
-	"github.com/toolq/toolq/worker"
 	"github.com/toolq/toolq/tools/codemode"
+	"github.com/toolq/toolq/worker"
 )
 
 var (

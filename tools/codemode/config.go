@@ -21,13 +21,13 @@ type Config struct {
 	// Replicas and Storage of the runs bucket and the snapshot store.
 	Replicas int
 	Storage  jetstream.StorageType
-	// Limits are the defaults of a run (seed 001's when zero); a job's
+	// Limits are the defaults of a run (the code-mode contract's when zero); a job's
 	// limits override them field by field, capped by MaxLimits.
 	Limits sandbox.Limits
 	// MaxLimits caps what a job may ask for; Limits when zero.
 	MaxLimits sandbox.Limits
 	// SnapshotTTLSeconds is how long a waiting run lives; 900 by default
-	// (seed 001); a job may ask for less, or more up to MaxSnapshotTTL.
+	// (the code-mode contract); a job may ask for less, or more up to MaxSnapshotTTL.
 	SnapshotTTL    time.Duration
 	MaxSnapshotTTL time.Duration
 	// Allow, when not empty, lists the catalog ids this worker's policy
@@ -35,7 +35,7 @@ type Config struct {
 	Allow []string
 	Deny  []string
 	// MaxSuspendedPerSession caps the runs of one session waiting at once
-	// (seed 001: 64).
+	// (the code-mode contract: 64).
 	MaxSuspendedPerSession int
 	// LeaseTTL is how long a resume may hold a run before another worker
 	// may take it over; 30 s by default.

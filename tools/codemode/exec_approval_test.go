@@ -12,8 +12,8 @@ import (
 	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/shell"
-	"github.com/toolq/toolq/worker"
 	"github.com/toolq/toolq/tools/shellexec"
+	"github.com/toolq/toolq/worker"
 )
 
 // Guest code calls the shell exec tool; the command needs a person's

@@ -47,7 +47,7 @@
 // # Calls
 //
 // Tool.Handle checks the job's input (a JSON object, empty means {})
-// against the input schema and calls tools/call. The result is seed 001's
+// against the input schema and calls tools/call. The result is the code-mode contract's
 // McpToolResult {content, structuredContent, isError}; a tool that reports
 // an error (isError) still completes. Failures are *contracts.Error:
 //

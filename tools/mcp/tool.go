@@ -34,7 +34,7 @@ type Tool struct {
 // Server is the name of the tool's server.
 func (t Tool) Server() string { return t.srv.name }
 
-// Result is seed 001's McpToolResult: what an MCP tool call returns to the
+// Result is the code-mode contract's McpToolResult: what an MCP tool call returns to the
 // guest. A tool that reports an error (isError) still completes: the guest
 // decides what to do with it.
 type Result struct {

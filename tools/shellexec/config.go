@@ -60,7 +60,7 @@ type Config struct {
 	// job is denied with reason timeout; shell.DefaultApprovalTTL when 0.
 	ApprovalTTL time.Duration
 	// ApprovalRunningNoticeMs: one running_notice event when an approved
-	// command runs longer than this (seed 003); nil means
+	// command runs longer than this (the exec contract); nil means
 	// shell.DefaultRunningNoticeMs, 0 disables.
 	ApprovalRunningNoticeMs *int
 	// DecidedTTL is how long a decided approval is kept; DefaultDecidedTTL

@@ -19,8 +19,8 @@ import (
 	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/shell"
-	"github.com/toolq/toolq/worker"
 	"github.com/toolq/toolq/tools/shellexec"
+	"github.com/toolq/toolq/worker"
 )
 
 // TestDeployPermissions runs the approval life cycle on a server configured

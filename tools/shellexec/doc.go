@@ -1,4 +1,4 @@
-// Package shellexec puts seed 003's approval-gated exec tool on the bus: it
+// Package shellexec puts the exec contract's approval-gated exec tool on the bus: it
 // registers the tools exec and exec.decide on a worker and wires the pure
 // pieces of package shell (policy, plans, approvals, signed decisions,
 // the runner) to JetStream.

@@ -13,8 +13,8 @@ import (
 	"github.com/toolq/toolq/internal/embedded"
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/shell"
-	"github.com/toolq/toolq/worker"
 	"github.com/toolq/toolq/tools/shellexec"
+	"github.com/toolq/toolq/worker"
 )
 
 func check(err error) {

@@ -137,7 +137,7 @@ func (s *ShellExec) startBackground(ref *contracts.Job, plan *shell.Plan) (Backg
 }
 
 // runYielding runs an allowed foreground command; when it is still running
-// after yield it moves to the background (seed 003's yieldMs): the job
+// after yield it moves to the background (the exec contract's yieldMs): the job
 // completes with a BackgroundResult and the command goes on as a session,
 // whose output streams from its very start.
 func (s *ShellExec) runYielding(ctx context.Context, ref *contracts.Job, plan *shell.Plan, yield time.Duration) (json.RawMessage, error) { //nolint:contextcheck // the run may outlive the job: it hangs off the tool's lifetime

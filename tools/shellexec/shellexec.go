@@ -87,7 +87,7 @@ func Register(w *worker.Worker, nc *nats.Conn, cfg *Config) (*ShellExec, error) 
 	// whose worker died is failed (DLQ), never run a second time.
 	if err := w.Register(ToolExec, worker.HandlerFunc(s.handleExec), &worker.ToolConfig{
 		Timeout: long, Retry: worker.RetryPolicy{MaxAttempts: 1},
-		// Code-mode runs may call it (seed 001: by catalog id, when the
+		// Code-mode runs may call it (the code-mode contract: by catalog id, when the
 		// policy allows); a call that needs approval parks the run until a
 		// person decides. Refused in restartSafe runs.
 		Catalog: &contracts.CatalogTool{

@@ -36,7 +36,7 @@ const (
 	KindCancelled Kind = "cancelled"
 )
 
-// NoAnswerMessage is the message of a KindNoAnswer error (seed 000).
+// NoAnswerMessage is the message of a KindNoAnswer error (the code_execution contract).
 const NoAnswerMessage = "no answer text returned; try a simpler request"
 
 // Error is a failed provider call.

@@ -114,7 +114,7 @@ type Usage struct {
 	CostUSD *float64 `json:"-"`
 }
 
-// Citation limits of seed 000.
+// Citation limits of the code_execution contract.
 const (
 	MaxCitations         = 20
 	MaxCitationLength    = 2048

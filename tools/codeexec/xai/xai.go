@@ -12,7 +12,7 @@ import (
 	"github.com/toolq/toolq/tools/codeexec/provider"
 )
 
-// Defaults of seed 000.
+// Defaults of the code_execution contract.
 const (
 	DefaultBaseURL = "https://api.x.ai"
 	DefaultModel   = "grok-4.6"
@@ -72,7 +72,7 @@ func (c *Client) Execute(ctx context.Context, req *provider.Request) (*provider.
 	return Parse(data, model)
 }
 
-// BuildBody returns the request body of seed 000: the task as one user
+// BuildBody returns the request body of the code_execution contract: the task as one user
 // message, the code_interpreter tool, store false, reasoning effort "low"
 // only for grok-4.3 and grok-4.6, max_turns only when positive, and the
 // interpreter's outputs included.

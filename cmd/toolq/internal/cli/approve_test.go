@@ -19,7 +19,7 @@ import (
 )
 
 // startExecBus starts a worker with the default exec policy that trusts the
-// approver seed it creates; it returns the URL and the seed file.
+// approver seed it creates; it returns the URL and the contract file.
 func startExecBus(t *testing.T) (url, seedFile string) {
 	t.Helper()
 	srv := testutil.StartJetStream(t)

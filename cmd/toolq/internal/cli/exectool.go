@@ -13,8 +13,8 @@ import (
 
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/shell"
-	"github.com/toolq/toolq/worker"
 	"github.com/toolq/toolq/tools/shellexec"
+	"github.com/toolq/toolq/worker"
 )
 
 // execFlags configure the approval-gated exec tool of a worker.
@@ -94,7 +94,7 @@ func registerExec(g *globals, w *worker.Worker, nc *nats.Conn, f *workerFlags) (
 }
 
 // ensureSeed returns the public key of the user nkey seed in path, creating
-// the seed (mode 0600) when the file does not exist.
+// the contract (mode 0600) when the file does not exist.
 func ensureSeed(path string) (string, error) {
 	if data, err := os.ReadFile(path); err == nil { //nolint:gosec // G304: the operator names the approver seed file
 		kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(data))))

@@ -20,12 +20,12 @@ import (
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/embedded"
 	"github.com/toolq/toolq/producer"
-	"github.com/toolq/toolq/tools/mcp"
 	"github.com/toolq/toolq/sandbox"
 	"github.com/toolq/toolq/scheduler"
-	"github.com/toolq/toolq/worker"
 	"github.com/toolq/toolq/tools/codemode"
+	"github.com/toolq/toolq/tools/mcp"
 	"github.com/toolq/toolq/tools/shellexec"
+	"github.com/toolq/toolq/worker"
 )
 
 type workerFlags struct {

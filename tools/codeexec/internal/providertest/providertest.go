@@ -28,7 +28,7 @@ type Scenario struct {
 	OutputTokens int64
 }
 
-// Canonical is the scenario of seed 000's multi-block test.
+// Canonical is the scenario of the code_execution contract's multi-block test.
 var Canonical = Scenario{
 	Texts:  []string{"Mean: ", "42", ". Verified."},
 	Code:   "import statistics\nprint(statistics.mean([40, 42, 44]))",
