@@ -14,6 +14,9 @@ var (
 	ErrStarted = errors.New("worker: already started")
 	// ErrDuplicateTool is returned when a tool is registered twice.
 	ErrDuplicateTool = errors.New("worker: tool already registered")
+	// ErrJobEnded is returned by Emit when the job already has a terminal
+	// event.
+	ErrJobEnded = errors.New("worker: job already ended")
 )
 
 // PermanentError marks a handler's failure as not worth retrying: the job
