@@ -55,7 +55,9 @@ type ParkError struct {
 }
 
 // Park returns the error that parks the job with status (which must be
-// Parked) as the n-th such event.
+// Parked) as the n-th such event. The handler's result goes with the event
+// and must be valid JSON; a park that breaks either rule fails the job at
+// once with internal_error, never retried.
 func Park(status contracts.Status, n int) error { return &ParkError{Status: status, N: max(n, 1)} }
 
 func (e *ParkError) Error() string { return "parked: " + string(e.Status) }

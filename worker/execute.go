@@ -127,9 +127,11 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		return
 	}
 	var park *ParkError
-	if errors.As(herr, &park) && park.Status.Parked() && json.Valid(result) {
-		w.park(log, msg, job, attempt, lastSeq, park, result)
-		return
+	if errors.As(herr, &park) {
+		if herr = invalidPark(park, result); herr == nil {
+			w.park(log, msg, job, attempt, lastSeq, park, result)
+			return
+		}
 	}
 	var denied *DeniedError
 	if errors.As(herr, &denied) {
@@ -171,6 +173,21 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		log.Info("job failed; retrying", slog.Duration("delay", delay), slog.String("error", werr.Message))
 		_ = msg.NakWithDelay(delay)
 	}
+}
+
+// invalidPark checks what a handler parked the job with. A park that
+// cannot be published is the handler's bug: trying again would park it the
+// same way, so it fails the job at once.
+func invalidPark(park *ParkError, result json.RawMessage) error {
+	switch {
+	case !park.Status.Parked():
+		return Permanent(contracts.Errorf(contracts.CodeInternalError,
+			"handler parked the job with status %q, which does not park a job", park.Status))
+	case !json.Valid(result):
+		return Permanent(contracts.Errorf(contracts.CodeInternalError,
+			"park result is invalid: the handler parked the job with a result that is not valid JSON"))
+	}
+	return nil
 }
 
 // call runs the handler, turning a panic into an internal_error.
