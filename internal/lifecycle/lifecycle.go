@@ -9,9 +9,11 @@
 //     can be called again. The start function undoes its own partial work;
 //     stop never runs for a failed start.
 //   - Stop runs the stop function once per run, in a goroutine the Service
-//     owns, with the first caller's context (which the stop function may use
-//     as its soft deadline). Stop returns when the stop function has
-//     returned, or with ctx.Err() when ctx ends first; the stop then goes on.
+//     owns, with the first caller's context. Stop returns when the stop
+//     function has returned, or with ctx.Err() when ctx ends first; the stop
+//     then goes on. With Config.SoftStop the stop function treats that
+//     context as a soft deadline (when it ends, cancel what is left and
+//     return promptly), and the first Stop waits for it to return.
 //   - A second Stop, concurrent or after the first returned early, never
 //     starts a second stop: it waits for the running one (or its own ctx)
 //     and returns its error. It never returns nil while the stop still runs.
@@ -44,6 +46,12 @@ type Config struct {
 	Stop func(ctx context.Context) error
 	// ErrStarted is what Start returns while running; ErrStarted by default.
 	ErrStarted error
+	// SoftStop says Stop's ctx is a soft deadline for the stop function:
+	// when it ends, the function cancels what is left and returns promptly.
+	// The Stop whose ctx it got then waits for it instead of returning at
+	// ctx's end, so its caller knows the part is down when Stop returns.
+	// Other, concurrent Stops still return when their own ctx ends.
+	SoftStop bool
 }
 
 type state int
@@ -168,6 +176,10 @@ func (s *Service) Stop(ctx context.Context) error {
 			close(t.done)
 			s.mu.Unlock()
 		}()
+		if s.cfg.SoftStop {
+			<-t.done
+			return t.err
+		}
 		return waitFor(ctx, t)
 	}
 }

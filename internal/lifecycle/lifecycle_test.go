@@ -289,3 +289,40 @@ func TestRestartOpensANewStopped(t *testing.T) {
 	requireClosed(t, second, "second run's Stopped closed")
 	require.Equal(t, int32(2), p.stops.Load())
 }
+
+// With SoftStop the first Stop's ctx is the stop function's soft deadline:
+// when it ends the function hurries, and that Stop returns once it is done.
+func TestSoftStopWaitsForTheStopToFinish(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	hurrying := make(chan struct{})
+	var done atomic.Bool
+	svc := lifecycle.New(&lifecycle.Config{
+		Start: func(context.Context) error { return nil },
+		Stop: func(ctx context.Context) error {
+			<-ctx.Done() // the polite part: wait until the deadline
+			close(hurrying)
+			<-gate // cancelling what is left
+			done.Store(true)
+			return nil
+		},
+		SoftStop: true,
+	})
+	require.NoError(t, svc.Start(ctx(t)))
+	first, cancel := context.WithCancel(context.Background())
+	stopErr := make(chan error, 1)
+	go func() {
+		err := svc.Stop(first)
+		if err == nil && !done.Load() {
+			err = errors.New("Stop returned while the stop ran")
+		}
+		stopErr <- err
+	}()
+	cancel()
+	<-hurrying
+	// Another Stop still honours its own context.
+	require.ErrorIs(t, svc.Stop(endedCtx()), context.Canceled)
+	close(gate)
+	require.NoError(t, <-stopErr)
+	requireClosed(t, svc.Stopped(), "stopped")
+}
