@@ -90,7 +90,7 @@ func TestAsynqIngress(t *testing.T) {
 	t.Parallel()
 	srv := testutil.StartJetStream(t)
 	nc := srv.Connect(t)
-	w, err := worker.New(nc, &worker.Config{Logger: quiet()})
+	w, err := worker.New(nc, &worker.Config{Logger: quiet(), Builtins: true})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(testutil.Context(t, 10*time.Second)))
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })

@@ -12,12 +12,13 @@ import (
 	"github.com/toolq/toolq/contracts"
 )
 
-// registerCatalog writes the catalog entries of the tools that have one.
+// registerCatalog writes the catalog entries of the tools that have one. An
+// entry the catalog refuses (contracts.CatalogTool.Validate) fails Start.
 func (w *Worker) registerCatalog(ctx context.Context) error {
 	var kv jetstream.KeyValue
 	for _, t := range w.tools {
 		c := t.cfg.Catalog
-		if c == nil || contracts.IsCodeModeTool(t.name) {
+		if c == nil {
 			continue
 		}
 		if kv == nil {

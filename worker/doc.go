@@ -36,6 +36,14 @@
 // terminal event (error code denied), never retried: a policy refusal is an
 // answer, not a failure.
 //
+// # Nested calls
+//
+// A job with a Parent is a nested call of a run (a code-mode run). When it
+// ends, the worker submits a job of the run's continuation tool
+// (contracts.Parent.Continuation) with a contracts.ToolResult as input,
+// under a deterministic id. The worker names no tool of its own: the tool
+// pack that makes nested calls names its continuation.
+//
 // # Cancellation and shutdown
 //
 // A cancelled job id is recorded in the toolq_cancels bucket (and announced
@@ -45,5 +53,7 @@
 //
 // # Built-in tools
 //
-// noop returns its input; sleep {ms} waits, honouring cancellation.
+// With Config.Builtins, noop returns its input and sleep {ms} waits,
+// honouring cancellation. They are diagnostics for `toolq dev`, the bench
+// and tests; a production worker runs only the tools it is given.
 package worker

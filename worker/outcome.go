@@ -103,8 +103,9 @@ func (w *Worker) ackEnded(log *slog.Logger, msg jetstream.Msg, job *contracts.Jo
 	_ = msg.Ack()
 }
 
-// notifyParent reports the end of a nested call to its code-mode run as a
-// code_mode.result job, deduplicated by a deterministic id.
+// notifyParent reports the end of a nested call to the run that made it:
+// a job of the run's continuation tool (Job.Parent) with a ToolResult as
+// input, deduplicated by a deterministic id.
 func (w *Worker) notifyParent(ctx context.Context, job *contracts.Job, ev *contracts.Event) error {
 	if job.Parent == nil {
 		return nil
@@ -118,7 +119,7 @@ func (w *Worker) notifyParent(ctx context.Context, job *contracts.Job, ev *contr
 		return err
 	}
 	nj := contracts.Job{
-		ID: contracts.ToolResultJobID(job.ID), Tool: contracts.ToolCodeModeResult, Session: job.Session,
+		ID: contracts.ToolResultJobID(job.ID), Tool: job.Parent.Continuation(), Session: job.Session,
 		Input: input, CreatedAt: time.Now().UTC(),
 	}
 	data, err := json.Marshal(nj)

@@ -109,7 +109,7 @@ func New(nc *nats.Conn, cfg *Config) (*Worker, error) {
 		cancels:  map[string]time.Time{},
 		stopped:  make(chan struct{}),
 	}
-	if !c.DisableBuiltins {
+	if c.Builtins {
 		for name, b := range builtins() {
 			if err := w.Register(name, b.handler, &ToolConfig{Catalog: b.catalog}); err != nil {
 				return nil, err

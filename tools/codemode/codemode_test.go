@@ -83,7 +83,7 @@ func setupB(b *testing.B) *bundle {
 	b.Cleanup(prod.Close)
 	bb := &bundle{prod: prod}
 	nc := connect()
-	w, err := worker.New(nc, &worker.Config{Name: "bench", Logger: quiet, StopTimeout: time.Second})
+	w, err := worker.New(nc, &worker.Config{Name: "bench", Logger: quiet, StopTimeout: time.Second, Builtins: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func (b *bundle) startWorker(t *testing.T, name string, cfg *codemode.Config, re
 func (b *bundle) startWorkerWith(t *testing.T, name string, cfg *codemode.Config, register func(w *worker.Worker) (start, stop func(context.Context) error)) *worker.Worker {
 	t.Helper()
 	nc := b.srv.Connect(t)
-	w, err := worker.New(nc, &worker.Config{Name: name, Logger: quiet, StopTimeout: time.Second})
+	w, err := worker.New(nc, &worker.Config{Name: name, Logger: quiet, StopTimeout: time.Second, Builtins: true})
 	require.NoError(t, err)
 	var c codemode.Config
 	if cfg != nil {

@@ -35,6 +35,7 @@ type workerFlags struct {
 	stopTimeout     time.Duration
 	snapshotKeyFile string
 	noCodeMode      bool
+	builtins        bool
 	mcpConfig       string
 	exec            execFlags
 	ackWait         time.Duration
@@ -52,6 +53,7 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "how long a code-mode resume may hold a run before another worker takes it over")
 	cmd.Flags().StringVar(&f.snapshotKeyFile, "snapshot-key-file", "", "key that signs code-mode snapshots, shared by every worker (or env TOOLQ_SNAPSHOT_KEY, hex)")
 	cmd.Flags().BoolVar(&f.noCodeMode, "no-code-mode", false, "do not run code-mode jobs on this worker")
+	cmd.Flags().BoolVar(&f.builtins, "builtins", false, "also run the diagnostic tools noop and sleep (always on in dev)")
 	addMCPFlag(cmd, &f.mcpConfig)
 	f.exec.register(cmd)
 }
@@ -78,6 +80,7 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 	w, err := worker.New(nc, &worker.Config{
 		Name: f.name, Subjects: g.subjects(), Replicas: f.replicas, StopTimeout: f.stopTimeout,
 		Logger: g.log, Tool: worker.ToolConfig{Concurrency: f.concurrency, AckWait: f.ackWait},
+		Builtins: f.builtins,
 	})
 	if err != nil {
 		return nil, err
@@ -251,6 +254,7 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 				}
 			}
 			devApproverSeed(f, dataDir)
+			f.builtins = true // the self-check runs noop
 			n, err := newNode(ctx, g, nc, f)
 			if err != nil {
 				return err
