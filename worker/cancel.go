@@ -14,7 +14,8 @@ import (
 
 // startCancelWatch loads the cancelled-job bucket and follows it, so that a
 // queued job cancelled at any time never starts. It returns once the initial
-// keys are loaded.
+// keys are loaded. Every cancel recorded after that also goes to the cancel
+// hooks: the worker's watch is the one cancel feed of the process.
 func (w *Worker) startCancelWatch(ctx context.Context) error {
 	kv, err := w.js.KeyValue(ctx, w.cfg.Subjects.Bucket("cancels"))
 	if err != nil {
@@ -25,6 +26,11 @@ func (w *Worker) startCancelWatch(ctx context.Context) error {
 		return fmt.Errorf("worker: watch cancels: %w", err)
 	}
 	w.watcher = watcher
+	if len(w.onCancel) > 0 {
+		w.feed = make(chan cancelNote, cancelFeedBuffer)
+		w.loops.Add(1)
+		go w.runCancelHooks(w.feed)
+	}
 	ready := make(chan struct{})
 	w.loops.Add(1)
 	go func() {
@@ -39,6 +45,10 @@ func (w *Worker) startCancelWatch(ctx context.Context) error {
 				continue
 			}
 			w.markCancelled(entry.Key())
+			if !initial {
+				// The bucket's value is the job's session.
+				w.announce(cancelNote{session: string(entry.Value()), jobID: entry.Key()})
+			}
 		}
 		if initial {
 			close(ready)
@@ -49,6 +59,41 @@ func (w *Worker) startCancelWatch(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("worker: loading cancels: %w", ctx.Err())
+	}
+}
+
+// cancelNote is one cancel on its way to the hooks.
+type cancelNote struct{ session, jobID string }
+
+// cancelFeedBuffer is how many cancels may wait for slow hooks before the
+// watch waits for them.
+const cancelFeedBuffer = 256
+
+// announce hands a cancel to the hook loop, unless there are no hooks.
+func (w *Worker) announce(n cancelNote) {
+	if w.feed == nil || !contracts.ValidID(n.session) || !contracts.ValidID(n.jobID) {
+		return
+	}
+	select {
+	case w.feed <- n:
+	case <-w.runCtx.Done():
+	}
+}
+
+// runCancelHooks passes each cancel to every hook, in order, until the
+// worker stops.
+func (w *Worker) runCancelHooks(feed <-chan cancelNote) {
+	defer w.loops.Done()
+	ctx := w.runCtx
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case n := <-feed:
+			for _, h := range w.onCancel {
+				h(ctx, n.session, n.jobID)
+			}
+		}
 	}
 }
 

@@ -35,6 +35,13 @@ func (w *Worker) startTool(ctx context.Context, t *tool) error {
 	return nil
 }
 
+// reopen lets a tool closed by an earlier Stop pull again.
+func (t *tool) reopen() {
+	t.ccMu.Lock()
+	defer t.ccMu.Unlock()
+	t.closed, t.cc = false, nil
+}
+
 // resume starts pulling jobs of t (again).
 func (w *Worker) resume(t *tool) error {
 	t.ccMu.Lock()

@@ -48,8 +48,21 @@
 //
 // A cancelled job id is recorded in the toolq_cancels bucket (and announced
 // on toolq.cancel.<job_id>): a queued job never starts, a running job's
-// context is cancelled. Stop stops pulling, lets running jobs finish until its
-// soft timeout, then cancels them and hands them back for another worker.
+// context is cancelled. The worker's watch of that bucket is the one cancel
+// feed of the process: tool packs follow it through OnCancel hooks. Stop
+// stops pulling, lets running jobs finish until its soft timeout, then
+// cancels them and hands them back for another worker.
+//
+// # Extensions
+//
+// A tool pack with background loops of its own (code mode's expiry
+// follower, exec's background sessions) is an Extension added with Use,
+// usually by the pack's Register. Start starts the extensions after the
+// streams exist and before any job is pulled; Stop stops them, in reverse
+// order, after the jobs have drained. A Start that fails stops whatever it
+// started. Start, Stop and Stopped follow internal/lifecycle: Stop before
+// Start and a second Stop are harmless, a failed Start can be retried, and
+// a stopped worker can start again.
 //
 // # Built-in tools
 //

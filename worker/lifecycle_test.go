@@ -294,3 +294,30 @@ func TestTwoWorkersTenThousandJobsExactlyOnce(t *testing.T) {
 	require.Equal(t, int32(0), dup.Load(), "no job may run twice")
 	requireQueueEmpty(t, b)
 }
+
+// A Start that fails (here: its context is already over) leaves the worker
+// stopped: Stop is harmless, Stopped is closed, and Start can be retried.
+func TestStopAfterFailedStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, err := worker.New(b.srv.Connect(t), &worker.Config{Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, w.Register("echo", worker.HandlerFunc(func(_ context.Context, j *contracts.Job) (json.RawMessage, error) {
+		return j.Input, nil
+	}), nil))
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.Error(t, w.Start(ended))
+	require.NotPanics(t, func() { require.NoError(t, w.Stop(testutil.Context(t, 5*time.Second))) })
+	select {
+	case <-w.Stopped():
+	default:
+		t.Fatal("Stopped is not closed after a failed Start and a Stop")
+	}
+
+	require.NoError(t, w.Start(testutil.Context(t, 10*time.Second)), "a failed Start can be retried")
+	ev := b.await(t, b.submit(t, "echo", `7`, nil))
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
+	require.NoError(t, w.Stop(testutil.Context(t, 10*time.Second)))
+	<-w.Stopped()
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/bus"
+	"github.com/toolq/toolq/internal/lifecycle"
 )
 
 // Handler runs the jobs of one tool. It returns the result (any JSON value)
@@ -41,11 +42,14 @@ type Worker struct {
 	cfg    Config
 	log    *slog.Logger
 	source string
+	life   *lifecycle.Service
 
 	mu       sync.Mutex
 	tools    map[string]*tool
-	started  bool
-	stopping bool
+	exts     []Extension
+	onCancel []CancelHook
+	started  bool                 // Start began: no more Register, Use, OnCancel
+	stopping bool                 // Stop began: no new reaper goroutines
 	inflight map[string]*inflight // by job id
 	cancels  map[string]time.Time // cancelled job ids
 
@@ -53,13 +57,12 @@ type Worker struct {
 	jobs    jetstream.Stream
 	subs    []*nats.Subscription
 	watcher jetstream.KeyWatcher
+	feed    chan cancelNote // to the cancel hooks; nil without hooks
 
 	runCtx    context.Context // parent of every job's context
 	runCancel context.CancelCauseFunc
 	wg        sync.WaitGroup // jobs
 	loops     sync.WaitGroup // owned background loops
-	stopOnce  sync.Once
-	stopped   chan struct{}
 }
 
 type tool struct {
@@ -107,8 +110,8 @@ func New(nc *nats.Conn, cfg *Config) (*Worker, error) {
 		tools:    map[string]*tool{},
 		inflight: map[string]*inflight{},
 		cancels:  map[string]time.Time{},
-		stopped:  make(chan struct{}),
 	}
+	w.life = lifecycle.New(&lifecycle.Config{Start: w.start, Stop: w.stop, ErrStarted: ErrStarted, SoftStop: true})
 	if c.Builtins {
 		for name, b := range builtins() {
 			if err := w.Register(name, b.handler, &ToolConfig{Catalog: b.catalog}); err != nil {
@@ -162,17 +165,56 @@ func (w *Worker) Tools() []string {
 	return names
 }
 
-// Start creates or updates the streams and consumers and starts pulling jobs.
-// It returns once the worker is consuming.
-func (w *Worker) Start(ctx context.Context) error {
-	w.mu.Lock()
-	if w.started {
-		w.mu.Unlock()
-		return ErrStarted
-	}
-	w.started = true
-	w.mu.Unlock()
+// Start creates or updates the streams, starts the extensions (in the order
+// of Use), then the consumers, and returns once the worker is consuming. A
+// failed Start leaves nothing running, extensions included, and may be
+// retried; a second Start while running returns ErrStarted.
+func (w *Worker) Start(ctx context.Context) error { return w.life.Start(ctx) }
 
+// Stop stops pulling jobs, lets in-flight jobs finish until ctx ends or
+// StopTimeout passes, then cancels the rest; a cancelled job is handed back
+// to JetStream at once for another worker. Then it stops the extensions, in
+// reverse order, and waits for them; Stop returns when all of that is done.
+// A second, concurrent Stop waits for the first (or its own ctx). Stop
+// before Start and a second Stop are harmless.
+func (w *Worker) Stop(ctx context.Context) error { return w.life.Stop(ctx) }
+
+// Stopped is closed while the worker is not running: before Start, after a
+// failed Start, and once a Stop has finished. Take it after Start.
+func (w *Worker) Stopped() <-chan struct{} { return w.life.Stopped() }
+
+// start is the lifecycle's start: the bus, then the extensions, then the
+// worker's own loops and consumers.
+func (w *Worker) start(ctx context.Context) error {
+	w.mu.Lock()
+	w.started, w.stopping = true, false
+	exts := w.exts
+	w.mu.Unlock()
+	err := w.startBus(ctx)
+	if err == nil {
+		var up []Extension
+		up, err = w.startExtensions(ctx, exts)
+		if err == nil {
+			err = w.startConsuming(ctx)
+		}
+		if err != nil {
+			// Whatever started stops again, even when ctx is what failed.
+			err = errors.Join(err, w.stopExtensions(context.WithoutCancel(ctx), up))
+		}
+	}
+	if err != nil {
+		w.mu.Lock()
+		w.started = false
+		w.mu.Unlock()
+		return err
+	}
+	w.log.Info("worker started", slog.Int("tools", len(w.tools)), slog.Int("extensions", len(exts)))
+	return nil
+}
+
+// startBus creates or updates the streams and opens the ones the worker
+// writes to. Extensions start after it, so Emit works from their start on.
+func (w *Worker) startBus(ctx context.Context) error {
 	err := bus.Ensure(ctx, w.js, bus.Config{
 		Subjects: w.cfg.Subjects, Replicas: w.cfg.Replicas, Storage: w.cfg.Storage,
 		EventsMaxAge: w.cfg.EventsMaxAge,
@@ -186,8 +228,17 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.jobs, err = w.js.Stream(ctx, w.cfg.Subjects.JobsStream()); err != nil {
 		return fmt.Errorf("worker: jobs stream: %w", err)
 	}
-	w.runCtx, w.runCancel = context.WithCancelCause(context.Background())
+	return nil
+}
 
+// startConsuming starts the cancel feed, the subscriptions, the catalog
+// entries, the consumers and the heartbeats; on error it undoes them.
+func (w *Worker) startConsuming(ctx context.Context) error {
+	w.runCtx, w.runCancel = context.WithCancelCause(context.Background())
+	w.subs, w.watcher, w.feed = nil, nil, nil
+	for _, t := range w.tools {
+		t.reopen()
+	}
 	if err := w.startCancelWatch(ctx); err != nil {
 		w.abortStart()
 		return err
@@ -217,7 +268,6 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.loops.Add(1)
 	go w.heartbeats()
-	w.log.Info("worker started", slog.Int("tools", len(w.tools)))
 	return nil
 }
 
@@ -225,31 +275,14 @@ func (w *Worker) abortStart() {
 	w.stopPulling()
 	w.runCancel(errShutdown)
 	w.loops.Wait()
-	w.stopOnce.Do(func() { close(w.stopped) })
 }
 
-// Stopped is closed when the worker has stopped.
-func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
-
-// Stop stops pulling jobs, lets in-flight jobs finish until ctx ends or
-// StopTimeout passes, then cancels the rest; a cancelled job is handed back
-// to JetStream at once for another worker. Stop before Start and a second
-// Stop are harmless.
-func (w *Worker) Stop(ctx context.Context) error {
+// stop is the lifecycle's stop: drain, cancel what is left, end the loops,
+// then stop the extensions.
+func (w *Worker) stop(ctx context.Context) error {
 	w.mu.Lock()
-	if !w.started || w.stopping {
-		w.mu.Unlock()
-		if !w.started {
-			return nil
-		}
-		select {
-		case <-w.stopped:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 	w.stopping = true
+	exts := w.exts
 	w.mu.Unlock()
 
 	w.stopPulling()
@@ -266,9 +299,13 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 	w.runCancel(errShutdown)
 	w.loops.Wait()
-	w.stopOnce.Do(func() { close(w.stopped) })
+	err := w.stopExtensions(context.WithoutCancel(ctx), exts)
+
+	w.mu.Lock()
+	w.started = false
+	w.mu.Unlock()
 	w.log.Info("worker stopped")
-	return nil
+	return err
 }
 
 func (w *Worker) stopPulling() {
