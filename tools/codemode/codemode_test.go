@@ -91,14 +91,10 @@ func setupB(b *testing.B) *bundle {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cm, err := codemode.Register(w, nc, &codemode.Config{Engine: eng, Logger: quiet})
-	if err != nil {
+	if _, err := codemode.Register(w, nc, &codemode.Config{Engine: eng, Logger: quiet}); err != nil {
 		b.Fatal(err)
 	}
 	ctx := testutil.Context(b, 30*time.Second)
-	if err := cm.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
 	if err := w.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -106,7 +102,6 @@ func setupB(b *testing.B) *bundle {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = w.Stop(sctx)
-		_ = cm.Stop(sctx)
 		_ = eng.Close(sctx)
 	})
 	return bb
@@ -124,7 +119,8 @@ func (b *bundle) startWorker(t *testing.T, name string, cfg *codemode.Config, re
 }
 
 // startWorkerWith is startWorker with tools that have a lifecycle of their
-// own (started before the worker, stopped after it).
+// own (started before the worker, stopped after it). Code mode itself is one
+// of the worker's extensions: the worker starts and stops it.
 func (b *bundle) startWorkerWith(t *testing.T, name string, cfg *codemode.Config, register func(w *worker.Worker) (start, stop func(context.Context) error)) *worker.Worker {
 	t.Helper()
 	nc := b.srv.Connect(t)
@@ -140,7 +136,6 @@ func (b *bundle) startWorkerWith(t *testing.T, name string, cfg *codemode.Config
 	require.NoError(t, err)
 	start, stop := register(w)
 	ctx := testutil.Context(t, 20*time.Second)
-	require.NoError(t, cm.Start(ctx))
 	if start != nil {
 		require.NoError(t, start(ctx))
 	}
@@ -149,7 +144,11 @@ func (b *bundle) startWorkerWith(t *testing.T, name string, cfg *codemode.Config
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		require.NoError(t, w.Stop(sctx))
-		require.NoError(t, cm.Stop(sctx))
+		select {
+		case <-cm.Stopped():
+		default:
+			t.Error("the worker's Stop did not stop code mode")
+		}
 		if stop != nil {
 			require.NoError(t, stop(sctx))
 		}

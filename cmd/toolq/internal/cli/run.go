@@ -123,20 +123,12 @@ func (n *node) start(ctx context.Context) error {
 	if err := n.startExec(ctx); err != nil {
 		return err
 	}
-	if n.cm != nil {
-		if err := n.cm.Start(ctx); err != nil {
-			return err
-		}
-	}
-	return n.w.Start(ctx)
+	return n.w.Start(ctx) // starts code mode, the worker's extension
 }
 
 func (n *node) stop(ctx context.Context) error {
 	err := n.w.Stop(ctx)
 	err = errors.Join(err, n.mcp.Close(), n.stopExec(ctx))
-	if n.cm != nil {
-		err = errors.Join(err, n.cm.Stop(ctx))
-	}
 	if n.engine != nil {
 		err = errors.Join(err, n.engine.Close(ctx))
 	}
