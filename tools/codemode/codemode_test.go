@@ -108,20 +108,9 @@ func setupB(b *testing.B) *bundle {
 }
 
 // startWorker starts a worker with code mode and the given extra tools.
+// Code mode and tool packs with a lifecycle of their own (exec) are the
+// worker's extensions: the worker starts and stops them.
 func (b *bundle) startWorker(t *testing.T, name string, cfg *codemode.Config, register func(w *worker.Worker)) *worker.Worker {
-	t.Helper()
-	return b.startWorkerWith(t, name, cfg, func(w *worker.Worker) (start, stop func(context.Context) error) {
-		if register != nil {
-			register(w)
-		}
-		return nil, nil
-	})
-}
-
-// startWorkerWith is startWorker with tools that have a lifecycle of their
-// own (started before the worker, stopped after it). Code mode itself is one
-// of the worker's extensions: the worker starts and stops it.
-func (b *bundle) startWorkerWith(t *testing.T, name string, cfg *codemode.Config, register func(w *worker.Worker) (start, stop func(context.Context) error)) *worker.Worker {
 	t.Helper()
 	nc := b.srv.Connect(t)
 	w, err := worker.New(nc, &worker.Config{Name: name, Logger: quiet, StopTimeout: time.Second, Builtins: true})
@@ -134,12 +123,10 @@ func (b *bundle) startWorkerWith(t *testing.T, name string, cfg *codemode.Config
 	c.Logger = quiet
 	cm, err := codemode.Register(w, nc, &c)
 	require.NoError(t, err)
-	start, stop := register(w)
-	ctx := testutil.Context(t, 20*time.Second)
-	if start != nil {
-		require.NoError(t, start(ctx))
+	if register != nil {
+		register(w)
 	}
-	require.NoError(t, w.Start(ctx))
+	require.NoError(t, w.Start(testutil.Context(t, 20*time.Second)))
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -148,9 +135,6 @@ func (b *bundle) startWorkerWith(t *testing.T, name string, cfg *codemode.Config
 		case <-cm.Stopped():
 		default:
 			t.Error("the worker's Stop did not stop code mode")
-		}
-		if stop != nil {
-			require.NoError(t, stop(sctx))
 		}
 	})
 	return w

@@ -120,15 +120,12 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 }
 
 func (n *node) start(ctx context.Context) error {
-	if err := n.startExec(ctx); err != nil {
-		return err
-	}
-	return n.w.Start(ctx) // starts code mode, the worker's extension
+	return n.w.Start(ctx) // starts code mode and exec, the worker's extensions
 }
 
 func (n *node) stop(ctx context.Context) error {
 	err := n.w.Stop(ctx)
-	err = errors.Join(err, n.mcp.Close(), n.stopExec(ctx))
+	err = errors.Join(err, n.mcp.Close())
 	if n.engine != nil {
 		err = errors.Join(err, n.engine.Close(ctx))
 	}
