@@ -28,7 +28,8 @@
 // [DecodeJob] parses and validates a job message body; [Job.Validate] checks
 // a job built in Go before it is published. The job id is also the message's
 // Nats-Msg-Id, so a retried submit is enqueued once. A nested call made by a
-// code-mode run carries its [Parent].
+// code-mode run carries its [Parent], which names the continuation tool its
+// end is reported to ([Parent.Continuation]).
 //
 // # Events
 //

@@ -145,6 +145,9 @@ func (e *Event) Validate() error {
 		if err := ValidateID("event parent.call_id", p.CallID); err != nil {
 			return err
 		}
+		if p.Tool != "" && !ValidTool(p.Tool) {
+			return Errorf(CodeInvalidInput, "event parent.tool %q is not a valid tool name", clip(p.Tool, 64))
+		}
 	}
 	if e.Data.Error != nil && !e.Data.Error.Code.Valid() {
 		return Errorf(CodeInvalidInput, "event error code %q is unknown", e.Data.Error.Code)

@@ -28,7 +28,8 @@ type Job struct {
 	Session string `json:"session"`
 	// Input is the tool's argument, any JSON value.
 	Input json.RawMessage `json:"input,omitempty"`
-	// Parent is set on a nested call made by a code-mode run.
+	// Parent is set on a nested call made by a run (a code-mode run); the
+	// job's end is reported to the run's continuation tool.
 	Parent *Parent `json:"parent,omitempty"`
 	// TimeoutMs bounds one attempt; 0 means the tool's default.
 	TimeoutMs int64 `json:"timeout_ms,omitempty"`
@@ -44,10 +45,24 @@ type Job struct {
 	Meta map[string]string `json:"meta,omitempty"`
 }
 
-// Parent links a nested tool call to the code-mode run that made it.
+// Parent links a nested tool call to the run that made it.
 type Parent struct {
 	RunID  string `json:"run_id"`
 	CallID string `json:"call_id"`
+	// Tool is the run's continuation: the tool whose job the worker
+	// submits, with a ToolResult as input, when the nested job ends. Empty
+	// in jobs of producers that predate the field; see Continuation.
+	Tool string `json:"tool,omitempty"`
+}
+
+// Continuation returns the tool the end of the nested job is reported to:
+// Tool, or code mode's ToolCodeModeResult for a parent without one (jobs
+// already queued by older producers during a rolling upgrade).
+func (p *Parent) Continuation() string {
+	if p.Tool != "" {
+		return p.Tool
+	}
+	return ToolCodeModeResult
 }
 
 // Timeout returns the job's timeout, or def when the job sets none.
@@ -76,6 +91,9 @@ func (j *Job) Validate() error {
 		}
 		if err := ValidateID("parent.call_id", j.Parent.CallID); err != nil {
 			return err
+		}
+		if j.Parent.Tool != "" && !ValidTool(j.Parent.Tool) {
+			return Errorf(CodeInvalidInput, "parent.tool %q is not a valid tool name", clip(j.Parent.Tool, 64))
 		}
 	}
 	if j.TimeoutMs < 0 || j.TimeoutMs > MaxJobTimeout.Milliseconds() {

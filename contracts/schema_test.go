@@ -204,7 +204,7 @@ func fullJob() *contracts.Job {
 		Tool:        "code_mode.exec",
 		Session:     "sess-1",
 		Input:       json.RawMessage(`{"code":"1+1","language":"javascript","n":[1,2.5,null]}`),
-		Parent:      &contracts.Parent{RunID: "run1", CallID: "call-7"},
+		Parent:      &contracts.Parent{RunID: "run1", CallID: "call-7", Tool: contracts.ToolCodeModeResult},
 		TimeoutMs:   contracts.MaxJobTimeout.Milliseconds(),
 		MaxAttempts: contracts.MaxAttemptsLimit,
 		Progress:    true,
@@ -322,6 +322,9 @@ var validJobs = map[string]string{
 	"input scalar":       obj(minJob, map[string]string{"input": `"just text"`}),
 	"surrounding space":  " \t\r\n" + minJob + "\n\t ",
 	"parent":             obj(minJob, map[string]string{"parent": `{"run_id":"r","call_id":"c","extra":1}`}),
+	"parent with tool":   obj(minJob, map[string]string{"parent": `{"run_id":"r","call_id":"c","tool":"batch.result"}`}),
+	"parent tool null":   obj(minJob, map[string]string{"parent": `{"run_id":"r","call_id":"c","tool":null}`}),
+	"parent tool empty":  obj(minJob, map[string]string{"parent": `{"run_id":"r","call_id":"c","tool":""}`}),
 }
 
 var invalidJobs = map[string]string{
@@ -360,6 +363,8 @@ var invalidJobs = map[string]string{
 	"parent bad run id":       obj(minJob, map[string]string{"parent": `{"run_id":"r.1","call_id":"c"}`}),
 	"parent missing call id":  obj(minJob, map[string]string{"parent": `{"run_id":"r"}`}),
 	"parent is a string":      obj(minJob, map[string]string{"parent": `"r/c"`}),
+	"parent bad tool":         obj(minJob, map[string]string{"parent": `{"run_id":"r","call_id":"c","tool":"a..b"}`}),
+	"parent tool a number":    obj(minJob, map[string]string{"parent": `{"run_id":"r","call_id":"c","tool":7}`}),
 	"negative timeout":        obj(minJob, map[string]string{"timeout_ms": `-1`}),
 	"timeout over 24h":        obj(minJob, map[string]string{"timeout_ms": `86400001`}),
 	"fractional timeout":      obj(minJob, map[string]string{"timeout_ms": `1.5`}),
@@ -443,6 +448,7 @@ var invalidEvents = map[string]string{
 	"error as string":         data(map[string]string{"error": `"timeout"`}),
 	"parent bad run id":       data(map[string]string{"parent": `{"run_id":"r 1","call_id":"c"}`}),
 	"parent missing run id":   data(map[string]string{"parent": `{"call_id":"c"}`}),
+	"parent bad tool":         data(map[string]string{"parent": `{"run_id":"r","call_id":"c","tool":"x.*"}`}),
 	"meta value a number":     data(map[string]string{"meta": `{"k":1}`}),
 }
 

@@ -93,7 +93,7 @@ func (p *proc) kill() {
 func startWorker(t *testing.T, url, name, keyFile string, extra ...string) *proc {
 	t.Helper()
 	args := append([]string{
-		"--nats", url, "--log-level", "debug", "worker", "--name", name,
+		"--nats", url, "--log-level", "debug", "worker", "--name", name, "--builtins",
 		"--snapshot-key-file", keyFile, "--ack-wait", "2s", "--lease-ttl", "2s", "--stop-timeout", "2s",
 	}, extra...)
 	p := &proc{name: name, done: make(chan struct{})}

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/lifecycle"
 	"github.com/toolq/toolq/producer"
 )
 
@@ -77,8 +78,9 @@ type AsynqConfig struct {
 // instance ticks in phase with it.
 type Asynq struct {
 	*Client
-	cfg AsynqConfig
-	lc  lifecycle
+	cfg   AsynqConfig
+	life  *lifecycle.Service
+	loops loops
 
 	aclient   *asynq.Client
 	inspector *asynq.Inspector
@@ -129,7 +131,9 @@ func NewAsynq(nc *nats.Conn, cfg *AsynqConfig) (*Asynq, error) {
 	}
 	cl.log = cl.log.With(slog.String("engine", "asynq"))
 	c.Logger = cl.log
-	return &Asynq{Client: cl, cfg: c, lc: newLifecycle(), entries: map[string]*entry{}}, nil
+	e := &Asynq{Client: cl, cfg: c, entries: map[string]*entry{}}
+	e.life = lifecycle.New(&lifecycle.Config{Start: e.start, Stop: e.stop, ErrStarted: errStarted})
+	return e, nil
 }
 
 // SubmitPayload is the payload of a TaskSubmit task: a job for toolq. The
@@ -161,21 +165,25 @@ type atPayload struct {
 func (e *Asynq) markerKey() string { return "toolq:" + e.Bucket() + ":alive" }
 
 // Start connects to Redis, registers every stored schedule, catches missed
-// periodic firings up once and runs asynq's Scheduler and Server.
-func (e *Asynq) Start(ctx context.Context) error {
-	lctx, err := e.lc.begin()
-	if err != nil {
-		return err
-	}
-	if err := e.start(ctx, lctx); err != nil {
+// periodic firings up once and runs asynq's Scheduler and Server. A failed
+// Start leaves nothing running and may be retried.
+func (e *Asynq) Start(ctx context.Context) error { return e.life.Start(ctx) }
+
+func (e *Asynq) start(ctx context.Context) error {
+	// A new run: nothing of an earlier one is left to register or shut down.
+	e.mu.Lock()
+	e.closing, e.entries = false, map[string]*entry{}
+	e.mu.Unlock()
+	e.aclient, e.inspector, e.sched, e.server, e.rdb = nil, nil, nil, nil, nil
+	if err := e.run(ctx, e.loops.begin()); err != nil {
 		// Clean up even when the failure was ctx running out.
-		_ = e.Stop(context.WithoutCancel(ctx))
+		_ = e.stop(context.WithoutCancel(ctx))
 		return err
 	}
 	return nil
 }
 
-func (e *Asynq) start(ctx, lctx context.Context) error {
+func (e *Asynq) run(ctx, lctx context.Context) error {
 	sctx, cancel := e.withTimeout(ctx)
 	defer cancel()
 	if err := ensureJobsStream(sctx, e.Client, false); err != nil {
@@ -227,7 +235,7 @@ func (e *Asynq) start(ctx, lctx context.Context) error {
 		return fmt.Errorf("scheduler: asynq server: %w", err)
 	}
 	ready := make(chan struct{})
-	e.lc.goLoop(func() {
+	e.loops.goLoop(func() {
 		e.follow(lctx, ready, watcher{
 			put:    func(s *Schedule) { e.register(lctx, s) },
 			del:    e.unregister,
@@ -242,43 +250,48 @@ func (e *Asynq) start(ctx, lctx context.Context) error {
 	// A scheduler that was down missed its ticks: catch up once.
 	e.catchUp(lctx)
 	_ = e.rdb.SetNX(sctx, e.markerKey(), "1", 0).Err()
-	e.lc.goLoop(func() { e.monitorRedis(lctx) })
+	e.loops.goLoop(func() { e.monitorRedis(lctx) })
 	e.log.Info("scheduler started", slog.String("queue", e.cfg.Queue))
 	return nil
 }
 
 // Stop unregisters nothing (schedules stay in the bucket); it stops the
 // Scheduler, lets in-flight tasks finish (StopTimeout) and closes Redis.
-func (e *Asynq) Stop(ctx context.Context) error {
-	return e.lc.end(ctx, func(context.Context) {
-		e.mu.Lock()
-		e.closing = true
-		for _, en := range e.entries {
-			if en.timer != nil {
-				en.timer.Stop()
-			}
+// Stop before Start is harmless; a second Stop waits for the first.
+func (e *Asynq) Stop(ctx context.Context) error { return e.life.Stop(ctx) }
+
+func (e *Asynq) stop(context.Context) error {
+	e.loops.cancelAll()
+	e.mu.Lock()
+	e.closing = true
+	for _, en := range e.entries {
+		if en.timer != nil {
+			en.timer.Stop()
 		}
-		e.mu.Unlock()
-		if e.sched != nil {
-			e.sched.Shutdown()
-		}
-		if e.server != nil {
-			e.server.Shutdown()
-		}
-		if e.aclient != nil {
-			_ = e.aclient.Close()
-		}
-		if e.inspector != nil {
-			_ = e.inspector.Close()
-		}
-		if e.rdb != nil {
-			_ = e.rdb.Close()
-		}
-	})
+	}
+	e.mu.Unlock()
+	if e.sched != nil {
+		e.sched.Shutdown()
+	}
+	if e.server != nil {
+		e.server.Shutdown()
+	}
+	if e.aclient != nil {
+		_ = e.aclient.Close()
+	}
+	if e.inspector != nil {
+		_ = e.inspector.Close()
+	}
+	if e.rdb != nil {
+		_ = e.rdb.Close()
+	}
+	e.loops.wg.Wait()
+	return nil
 }
 
-// Stopped is closed when the engine has stopped.
-func (e *Asynq) Stopped() <-chan struct{} { return e.lc.done }
+// Stopped is closed while the engine is not running: before Start, after a
+// failed Start and once Stop has finished.
+func (e *Asynq) Stopped() <-chan struct{} { return e.life.Stopped() }
 
 // Create stores s and registers it at once.
 func (e *Asynq) Create(ctx context.Context, s *Schedule) (*Schedule, error) {
@@ -286,10 +299,7 @@ func (e *Asynq) Create(ctx context.Context, s *Schedule) (*Schedule, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.lc.mu.Lock()
-	running := e.lc.started && !e.lc.stopped
-	e.lc.mu.Unlock()
-	if running {
+	if e.life.Running() {
 		e.register(ctx, created)
 	}
 	return created, nil

@@ -36,12 +36,15 @@ type Scheduler interface {
 	// missing id is ErrNotFound.
 	Delete(ctx context.Context, id string) error
 
-	// Start runs the engine until Stop.
+	// Start runs the engine until Stop. A failed Start leaves nothing
+	// running; Start may be called again after it, or after Stop.
 	Start(ctx context.Context) error
 	// Stop stops firing, lets in-flight firings finish until ctx ends and
-	// returns. Stop before Start and a second Stop are harmless.
+	// returns. Stop before Start is harmless; a second Stop waits for the
+	// first to finish.
 	Stop(ctx context.Context) error
-	// Stopped is closed when the engine has stopped.
+	// Stopped is closed while the engine is not running: before Start,
+	// after a failed Start, and once Stop has finished.
 	Stopped() <-chan struct{}
 }
 

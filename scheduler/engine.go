@@ -12,70 +12,31 @@ import (
 	"github.com/toolq/toolq/internal/bus"
 )
 
-// lifecycle is the Start/Stop/Stopped state every engine shares.
-type lifecycle struct {
-	mu      sync.Mutex
-	started bool
-	stopped bool
-	done    chan struct{}
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+// errStarted is what an engine's Start returns while it runs.
+var errStarted = errors.New("scheduler: already started")
+
+// loops are an engine's background goroutines: they run until cancelAll
+// ends their context, and the engine's stop waits for wg. When a run starts
+// and stops is the engine's lifecycle's to decide (internal/lifecycle).
+type loops struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
-func newLifecycle() lifecycle { return lifecycle{done: make(chan struct{})} }
-
-// begin marks the engine started and returns the context of its loops.
-func (l *lifecycle) begin() (context.Context, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.stopped {
-		return nil, ErrStopped
-	}
-	if l.started {
-		return nil, errors.New("scheduler: already started")
-	}
-	l.started = true
+// begin returns the context of the loops of a new run.
+func (l *loops) begin() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
-	return ctx, nil
+	return ctx
 }
 
-// go runs f as one of the engine's loops; end waits for it.
-func (l *lifecycle) goLoop(f func()) {
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
-		f()
-	}()
-}
+// goLoop runs f as one of the loops.
+func (l *loops) goLoop(f func()) { l.wg.Go(f) }
 
-// end cancels the loops, runs halt and waits for the loops (or ctx). It
-// reports whether this call did the stopping.
-func (l *lifecycle) end(ctx context.Context, halt func(context.Context)) error {
-	l.mu.Lock()
-	if l.stopped {
-		l.mu.Unlock()
-		<-l.done
-		return nil
-	}
-	l.stopped = true
-	started := l.started
-	l.mu.Unlock()
-	defer close(l.done)
-	if !started {
-		return nil
-	}
-	l.cancel()
-	if halt != nil {
-		halt(ctx)
-	}
-	waited := make(chan struct{})
-	go func() { l.wg.Wait(); close(waited) }()
-	select {
-	case <-waited:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("scheduler: stop: %w", ctx.Err())
+// cancelAll ends the loops' context.
+func (l *loops) cancelAll() {
+	if l.cancel != nil {
+		l.cancel()
 	}
 }
 

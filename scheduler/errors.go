@@ -13,8 +13,6 @@ var (
 	ErrNotFound = errors.New("scheduler: schedule not found")
 	// ErrExists is returned by Create for an id that is already taken.
 	ErrExists = errors.New("scheduler: schedule already exists")
-	// ErrStopped is returned by Start after Stop.
-	ErrStopped = errors.New("scheduler: stopped")
 	// ErrSchedulesDisabled is returned by the NATS engine when the jobs
 	// stream does not allow message schedules (nats-server < 2.14 or a
 	// stream created without AllowMsgSchedules).

@@ -34,7 +34,7 @@ func Example() {
 	defer cancel()
 	quiet := slog.New(slog.DiscardHandler)
 
-	w, _ := worker.New(nc, &worker.Config{Logger: quiet})
+	w, _ := worker.New(nc, &worker.Config{Logger: quiet, Builtins: true})
 	if err := w.Start(ctx); err != nil {
 		panic(err)
 	}

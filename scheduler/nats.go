@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/bus"
+	"github.com/toolq/toolq/internal/lifecycle"
 )
 
 // Headers of NATS message schedules (nats-server ≥ 2.14).
@@ -48,7 +49,8 @@ type NATSConfig struct {
 // (catch up once).
 type NATS struct {
 	*Client
-	lc lifecycle
+	life  *lifecycle.Service
+	loops loops
 
 	cons jetstream.Consumer
 	cc   jetstream.ConsumeContext
@@ -69,7 +71,9 @@ func NewNATS(nc *nats.Conn, cfg *NATSConfig) (*NATS, error) {
 		return nil, err
 	}
 	cl.log = cl.log.With(slog.String("engine", "nats"))
-	return &NATS{Client: cl, lc: newLifecycle()}, nil
+	e := &NATS{Client: cl}
+	e.life = lifecycle.New(&lifecycle.Config{Start: e.start, Stop: e.stop, ErrStarted: errStarted})
+	return e, nil
 }
 
 // relayName is the durable consumer every NATS engine instance shares.
@@ -79,21 +83,20 @@ func (e *NATS) fireSubject(id string) string { return e.cfg.Subjects.Schedule("f
 func (e *NATS) fireWildcard() string         { return e.cfg.Subjects.Schedule("fire") + ".*" }
 
 // Start checks the jobs stream, materializes every stored schedule as a
-// schedule message, follows changes and starts the relay.
-func (e *NATS) Start(ctx context.Context) error {
-	lctx, err := e.lc.begin()
-	if err != nil {
-		return err
-	}
-	if err := e.start(ctx, lctx); err != nil {
+// schedule message, follows changes and starts the relay. A failed Start
+// leaves nothing running and may be retried.
+func (e *NATS) Start(ctx context.Context) error { return e.life.Start(ctx) }
+
+func (e *NATS) start(ctx context.Context) error {
+	if err := e.run(ctx, e.loops.begin()); err != nil {
 		// Clean up even when the failure was ctx running out.
-		_ = e.Stop(context.WithoutCancel(ctx))
+		_ = e.stop(context.WithoutCancel(ctx))
 		return err
 	}
 	return nil
 }
 
-func (e *NATS) start(ctx, lctx context.Context) error {
+func (e *NATS) run(ctx, lctx context.Context) error {
 	sctx, cancel := e.withTimeout(ctx)
 	defer cancel()
 	if err := ensureJobsStream(sctx, e.Client, true); err != nil {
@@ -115,7 +118,7 @@ func (e *NATS) start(ctx, lctx context.Context) error {
 	}
 	e.cons = cons
 	ready := make(chan struct{})
-	e.lc.goLoop(func() {
+	e.loops.goLoop(func() {
 		e.follow(lctx, ready, watcher{
 			put: func(s *Schedule) { e.materialize(lctx, s) },
 			del: func(id string) { e.unmaterialize(lctx, id) },
@@ -138,25 +141,32 @@ func (e *NATS) start(ctx, lctx context.Context) error {
 	return nil
 }
 
-// Stop stops the relay (a firing being relayed finishes) and the watcher.
-func (e *NATS) Stop(ctx context.Context) error {
-	return e.lc.end(ctx, func(ctx context.Context) {
-		if e.cc != nil {
-			e.cc.Drain()
-			select {
-			case <-e.cc.Closed():
-			case <-ctx.Done():
-				e.cc.Stop()
-			}
+// Stop stops the relay (a firing being relayed finishes until ctx ends) and
+// the watcher. Stop before Start is harmless; a second Stop waits for the
+// first.
+func (e *NATS) Stop(ctx context.Context) error { return e.life.Stop(ctx) }
+
+func (e *NATS) stop(ctx context.Context) error {
+	e.loops.cancelAll()
+	if e.cc != nil {
+		e.cc.Drain()
+		select {
+		case <-e.cc.Closed():
+		case <-ctx.Done():
+			e.cc.Stop()
 		}
-		if e.relayCancel != nil {
-			e.relayCancel()
-		}
-	})
+	}
+	if e.relayCancel != nil {
+		e.relayCancel()
+	}
+	e.loops.wg.Wait()
+	e.cons, e.cc, e.relayCancel = nil, nil, nil
+	return nil
 }
 
-// Stopped is closed when the engine has stopped.
-func (e *NATS) Stopped() <-chan struct{} { return e.lc.done }
+// Stopped is closed while the engine is not running: before Start, after a
+// failed Start and once Stop has finished.
+func (e *NATS) Stopped() <-chan struct{} { return e.life.Stopped() }
 
 // Create stores s and publishes its schedule message at once (the watchers
 // of other instances find it already there).
@@ -165,10 +175,7 @@ func (e *NATS) Create(ctx context.Context, s *Schedule) (*Schedule, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.lc.mu.Lock()
-	running := e.lc.started && !e.lc.stopped
-	e.lc.mu.Unlock()
-	if running {
+	if e.life.Running() {
 		e.materialize(ctx, created)
 	}
 	return created, nil

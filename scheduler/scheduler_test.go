@@ -90,7 +90,7 @@ func TestAsynqIngress(t *testing.T) {
 	t.Parallel()
 	srv := testutil.StartJetStream(t)
 	nc := srv.Connect(t)
-	w, err := worker.New(nc, &worker.Config{Logger: quiet()})
+	w, err := worker.New(nc, &worker.Config{Logger: quiet(), Builtins: true})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(testutil.Context(t, 10*time.Second)))
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })
@@ -174,7 +174,6 @@ func TestConfigRefused(t *testing.T) {
 	require.NoError(t, e.Stop(context.Background()))
 	require.NoError(t, e.Stop(context.Background()))
 	<-e.Stopped()
-	require.ErrorIs(t, e.Start(context.Background()), scheduler.ErrStopped)
 
 	// A jobs stream without message schedules is refused by the NATS engine.
 	js := testutil.JetStream(t, srv.Connect(t))
@@ -183,9 +182,16 @@ func TestConfigRefused(t *testing.T) {
 		Retention: jetstream.WorkQueuePolicy,
 	})
 	require.NoError(t, err)
-	e, err = scheduler.NewNATS(srv.Connect(t), &scheduler.NATSConfig{Logger: quiet()})
-	require.NoError(t, err)
-	require.ErrorIs(t, e.Start(testutil.Context(t, 5*time.Second)), scheduler.ErrSchedulesDisabled)
+	require.ErrorIs(t, e.Start(testutil.Context(t, 5*time.Second)), scheduler.ErrSchedulesDisabled,
+		"Stop before Start does not keep it from starting")
+	<-e.Stopped()
+	require.NoError(t, e.Stop(context.Background()), "Stop after a failed Start is harmless")
+
+	// Once the cause is gone, the failed Start can be retried.
+	require.NoError(t, js.DeleteStream(testutil.Context(t, 5*time.Second), contracts.Subjects{}.JobsStream()))
+	require.NoError(t, e.Start(testutil.Context(t, 10*time.Second)))
+	require.ErrorContains(t, e.Start(testutil.Context(t, 5*time.Second)), "already started")
+	require.NoError(t, e.Stop(testutil.Context(t, 10*time.Second)))
 	<-e.Stopped()
 }
 

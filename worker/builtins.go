@@ -8,7 +8,7 @@ import (
 	"github.com/toolq/toolq/contracts"
 )
 
-// Names of the diagnostic tools every worker has unless DisableBuiltins is set.
+// Names of the diagnostic tools a worker has when Config.Builtins is set.
 const (
 	ToolNoop  = "noop"
 	ToolSleep = "sleep"

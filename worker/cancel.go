@@ -2,10 +2,7 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -17,7 +14,8 @@ import (
 
 // startCancelWatch loads the cancelled-job bucket and follows it, so that a
 // queued job cancelled at any time never starts. It returns once the initial
-// keys are loaded.
+// keys are loaded. Every cancel recorded after that also goes to the cancel
+// hooks: the worker's watch is the one cancel feed of the process.
 func (w *Worker) startCancelWatch(ctx context.Context) error {
 	kv, err := w.js.KeyValue(ctx, w.cfg.Subjects.Bucket("cancels"))
 	if err != nil {
@@ -28,6 +26,11 @@ func (w *Worker) startCancelWatch(ctx context.Context) error {
 		return fmt.Errorf("worker: watch cancels: %w", err)
 	}
 	w.watcher = watcher
+	if len(w.onCancel) > 0 {
+		w.feed = make(chan cancelNote, cancelFeedBuffer)
+		w.loops.Add(1)
+		go w.runCancelHooks(w.feed)
+	}
 	ready := make(chan struct{})
 	w.loops.Add(1)
 	go func() {
@@ -42,6 +45,10 @@ func (w *Worker) startCancelWatch(ctx context.Context) error {
 				continue
 			}
 			w.markCancelled(entry.Key())
+			if !initial {
+				// The bucket's value is the job's session.
+				w.announce(cancelNote{session: string(entry.Value()), jobID: entry.Key()})
+			}
 		}
 		if initial {
 			close(ready)
@@ -52,6 +59,41 @@ func (w *Worker) startCancelWatch(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("worker: loading cancels: %w", ctx.Err())
+	}
+}
+
+// cancelNote is one cancel on its way to the hooks.
+type cancelNote struct{ session, jobID string }
+
+// cancelFeedBuffer is how many cancels may wait for slow hooks before the
+// watch waits for them.
+const cancelFeedBuffer = 256
+
+// announce hands a cancel to the hook loop, unless there are no hooks.
+func (w *Worker) announce(n cancelNote) {
+	if w.feed == nil || !contracts.ValidID(n.session) || !contracts.ValidID(n.jobID) {
+		return
+	}
+	select {
+	case w.feed <- n:
+	case <-w.runCtx.Done():
+	}
+}
+
+// runCancelHooks passes each cancel to every hook, in order, until the
+// worker stops.
+func (w *Worker) runCancelHooks(feed <-chan cancelNote) {
+	defer w.loops.Done()
+	ctx := w.runCtx
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case n := <-feed:
+			for _, h := range w.onCancel {
+				h(ctx, n.session, n.jobID)
+			}
+		}
 	}
 }
 
@@ -99,83 +141,4 @@ func (w *Worker) isCancelled(jobID string) bool {
 func (w *Worker) cancelledLocked(jobID string) bool {
 	_, ok := w.cancels[jobID]
 	return ok
-}
-
-// maxDeliveriesAdvisory is the part of JetStream's MAX_DELIVERIES advisory we use.
-type maxDeliveriesAdvisory struct {
-	Stream     string `json:"stream"`
-	Consumer   string `json:"consumer"`
-	StreamSeq  uint64 `json:"stream_seq"`
-	Deliveries uint64 `json:"deliveries"`
-}
-
-// onMaxDeliveries is the safety net for a job whose worker died during its
-// last attempt: JetStream will not deliver it again, and in a work-queue
-// stream it would stay forever. Every worker hears the advisory; the DLQ
-// write and the event are deduplicated, and only one delete succeeds.
-func (w *Worker) onMaxDeliveries(m *nats.Msg) {
-	var adv maxDeliveriesAdvisory
-	if err := json.Unmarshal(m.Data, &adv); err != nil || adv.StreamSeq == 0 {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.stopping {
-		return
-	}
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		w.reapExhausted(adv)
-	}()
-}
-
-func (w *Worker) reapExhausted(adv maxDeliveriesAdvisory) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	raw, err := w.jobs.GetMsg(ctx, adv.StreamSeq)
-	if err != nil {
-		if !errors.Is(err, jetstream.ErrMsgNotFound) {
-			w.log.Warn("max deliveries: job unreadable", slog.Uint64("seq", adv.StreamSeq), slog.Any("err", err))
-		}
-		return
-	}
-	toolName := w.cfg.Subjects.ToolOf(raw.Subject)
-	if toolName == "" {
-		return // not a job of ours (e.g. a schedule)
-	}
-	werr := contracts.Errorf(contracts.CodeInternalError,
-		"attempts exhausted: the worker running attempt %d stopped without an answer", adv.Deliveries)
-	job, derr := contracts.DecodeJob(raw.Data)
-	if derr != nil {
-		job = nil
-	}
-	if err := w.publishDLQ(ctx, toolName, raw.Data, job, int(adv.Deliveries), werr); err != nil { //nolint:gosec // G115: at most the consumer's MaxDeliver, an int
-		w.log.Warn("max deliveries: DLQ write failed", slog.Any("err", err))
-		return
-	}
-	if job != nil {
-		ev, seq, err := w.events.Last(ctx, job.Session, job.ID)
-		if err == nil && (ev == nil || !ev.Data.Status.Terminal()) {
-			fe := contracts.NewEvent(w.source, job, contracts.StatusFailed, 1, time.Now())
-			fe.Data.Attempt = int(adv.Deliveries) //nolint:gosec // G115: at most the consumer's MaxDeliver, an int
-			fe.Data.Error = werr
-			if _, err := w.events.Publish(ctx, fe, seq, ""); err != nil {
-				w.log.Debug("max deliveries: failed event", slog.Any("err", err))
-			} else {
-				ev = fe
-			}
-		}
-		if ev != nil && ev.Data.Status.Terminal() {
-			if err := w.notifyParent(ctx, job, ev); err != nil {
-				w.log.Warn("max deliveries: parent run not told", slog.Any("err", err))
-				return
-			}
-		}
-	}
-	if err := w.jobs.DeleteMsg(ctx, adv.StreamSeq); err != nil {
-		w.log.Debug("max deliveries: delete", slog.Any("err", err))
-	}
-	w.log.Warn("job exhausted its attempts after a lost worker; moved to the DLQ",
-		slog.String("tool", toolName), slog.Uint64("seq", adv.StreamSeq))
 }

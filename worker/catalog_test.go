@@ -18,7 +18,7 @@ import (
 func TestCatalogRegistration(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.startWorker(t, nil, func(w *worker.Worker) {
+	b.startWorker(t, withBuiltins, func(w *worker.Worker) {
 		require.NoError(t, w.Register("shipping.list", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
 			return json.RawMessage(`[]`), nil
 		}), &worker.ToolConfig{Catalog: &contracts.CatalogTool{Description: "List shipments.", SideEffects: false}}))
@@ -69,38 +69,55 @@ func TestReadyGatesPulling(t *testing.T) {
 	require.Equal(t, contracts.StatusCompleted, b.await(t, job2).Data.Status)
 }
 
+// A nested call's end goes to the continuation its parent names, as a
+// ToolResult job; a parent without one (queued by an older producer) reports
+// to code mode, as every nested call did before.
 func TestNestedJobReportsToParentRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	got := make(chan contracts.ToolResult, 4)
-	b.startWorker(t, nil, func(w *worker.Worker) {
-		require.NoError(t, w.Register(contracts.ToolCodeModeResult, worker.HandlerFunc(func(_ context.Context, j *contracts.Job) (json.RawMessage, error) {
+	legacy := make(chan contracts.ToolResult, 4)
+	collect := func(ch chan contracts.ToolResult) worker.HandlerFunc {
+		return func(_ context.Context, j *contracts.Job) (json.RawMessage, error) {
 			var tr contracts.ToolResult
 			require.NoError(t, json.Unmarshal(j.Input, &tr))
-			got <- tr
+			ch <- tr
 			return nil, nil
-		}), nil))
+		}
+	}
+	b.startWorker(t, &worker.Config{Builtins: true}, func(w *worker.Worker) {
+		require.NoError(t, w.Register("batch.result", collect(got), nil))
+		require.NoError(t, w.Register(contracts.ToolCodeModeResult, collect(legacy), nil))
 	})
-	parent := &contracts.Parent{RunID: "run1", CallID: "c1"}
+	receive := func(ch chan contracts.ToolResult) contracts.ToolResult {
+		t.Helper()
+		select {
+		case tr := <-ch:
+			require.NoError(t, tr.Validate())
+			return tr
+		case <-time.After(10 * time.Second):
+			t.Fatal("no tool result")
+			return contracts.ToolResult{}
+		}
+	}
+	parent := &contracts.Parent{RunID: "run1", CallID: "c1", Tool: "batch.result"}
 	job := b.submit(t, worker.ToolNoop, `{"v":42}`, &producer.SubmitOpts{Parent: parent})
-	select {
-	case tr := <-got:
-		require.NoError(t, tr.Validate())
-		require.Equal(t, "run1", tr.RunID)
-		require.Equal(t, "c1", tr.CallID)
-		require.Equal(t, job.ID, tr.JobID)
-		require.Equal(t, contracts.StatusCompleted, tr.Status)
-		require.JSONEq(t, `{"v":42}`, string(tr.Result))
-	case <-time.After(10 * time.Second):
-		t.Fatal("no tool result")
-	}
-	failing := b.submit(t, worker.ToolSleep, `{"ms":-1}`, &producer.SubmitOpts{Parent: &contracts.Parent{RunID: "run1", CallID: "c2"}})
-	select {
-	case tr := <-got:
-		require.Equal(t, failing.ID, tr.JobID)
-		require.Equal(t, contracts.StatusFailed, tr.Status)
-		require.Equal(t, contracts.CodeInvalidInput, tr.Error.Code)
-	case <-time.After(10 * time.Second):
-		t.Fatal("no tool result for the failed call")
-	}
+	tr := receive(got)
+	require.Equal(t, "run1", tr.RunID)
+	require.Equal(t, "c1", tr.CallID)
+	require.Equal(t, job.ID, tr.JobID)
+	require.Equal(t, contracts.StatusCompleted, tr.Status)
+	require.JSONEq(t, `{"v":42}`, string(tr.Result))
+
+	failing := b.submit(t, worker.ToolSleep, `{"ms":-1}`, &producer.SubmitOpts{Parent: &contracts.Parent{RunID: "run1", CallID: "c2", Tool: "batch.result"}})
+	tr = receive(got)
+	require.Equal(t, failing.ID, tr.JobID)
+	require.Equal(t, contracts.StatusFailed, tr.Status)
+	require.Equal(t, contracts.CodeInvalidInput, tr.Error.Code)
+
+	old := b.submit(t, worker.ToolNoop, `1`, &producer.SubmitOpts{Parent: &contracts.Parent{RunID: "run2", CallID: "c1"}})
+	tr = receive(legacy)
+	require.Equal(t, old.ID, tr.JobID)
+	require.Equal(t, "run2", tr.RunID)
+	require.Empty(t, got)
 }

@@ -36,8 +36,10 @@ type Config struct {
 	MaxResultBytes int
 	// Tool is the default configuration of every registered tool.
 	Tool ToolConfig
-	// DisableBuiltins leaves out the diagnostic tools noop and sleep.
-	DisableBuiltins bool
+	// Builtins adds the diagnostic tools noop and sleep (with their catalog
+	// entries). Off by default: a production worker runs only the tools it
+	// is given; `toolq dev`, the bench and tests turn them on.
+	Builtins bool
 	// Logger receives structured logs; slog.Default() when nil.
 	Logger *slog.Logger
 }

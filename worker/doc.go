@@ -36,14 +36,37 @@
 // terminal event (error code denied), never retried: a policy refusal is an
 // answer, not a failure.
 //
+// # Nested calls
+//
+// A job with a Parent is a nested call of a run (a code-mode run). When it
+// ends, the worker submits a job of the run's continuation tool
+// (contracts.Parent.Continuation) with a contracts.ToolResult as input,
+// under a deterministic id. The worker names no tool of its own: the tool
+// pack that makes nested calls names its continuation.
+//
 // # Cancellation and shutdown
 //
 // A cancelled job id is recorded in the toolq_cancels bucket (and announced
 // on toolq.cancel.<job_id>): a queued job never starts, a running job's
-// context is cancelled. Stop stops pulling, lets running jobs finish until its
-// soft timeout, then cancels them and hands them back for another worker.
+// context is cancelled. The worker's watch of that bucket is the one cancel
+// feed of the process: tool packs follow it through OnCancel hooks. Stop
+// stops pulling, lets running jobs finish until its soft timeout, then
+// cancels them and hands them back for another worker.
+//
+// # Extensions
+//
+// A tool pack with background loops of its own (code mode's expiry
+// follower, exec's background sessions) is an Extension added with Use,
+// usually by the pack's Register. Start starts the extensions after the
+// streams exist and before any job is pulled; Stop stops them, in reverse
+// order, after the jobs have drained. A Start that fails stops whatever it
+// started. Start, Stop and Stopped follow internal/lifecycle: Stop before
+// Start and a second Stop are harmless, a failed Start can be retried, and
+// a stopped worker can start again.
 //
 // # Built-in tools
 //
-// noop returns its input; sleep {ms} waits, honouring cancellation.
+// With Config.Builtins, noop returns its input and sleep {ms} waits,
+// honouring cancellation. They are diagnostics for `toolq dev`, the bench
+// and tests; a production worker runs only the tools it is given.
 package worker

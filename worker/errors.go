@@ -14,6 +14,9 @@ var (
 	ErrStarted = errors.New("worker: already started")
 	// ErrDuplicateTool is returned when a tool is registered twice.
 	ErrDuplicateTool = errors.New("worker: tool already registered")
+	// ErrJobEnded is returned by Emit when the job already has a terminal
+	// event.
+	ErrJobEnded = errors.New("worker: job already ended")
 )
 
 // PermanentError marks a handler's failure as not worth retrying: the job
@@ -52,7 +55,9 @@ type ParkError struct {
 }
 
 // Park returns the error that parks the job with status (which must be
-// Parked) as the n-th such event.
+// Parked) as the n-th such event. The handler's result goes with the event
+// and must be valid JSON; a park that breaks either rule fails the job at
+// once with internal_error, never retried.
 func Park(status contracts.Status, n int) error { return &ParkError{Status: status, N: max(n, 1)} }
 
 func (e *ParkError) Error() string { return "parked: " + string(e.Status) }

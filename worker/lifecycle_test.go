@@ -22,12 +22,12 @@ func TestCancelQueuedJobNeverStarts(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	// A worker without the tool creates the streams; nobody consumes "later".
-	b.startWorker(t, nil, nil)
+	b.startWorker(t, withBuiltins, nil)
 	job := b.submit(t, "later", `{}`, nil)
 	require.NoError(t, b.prod.Cancel(testutil.Context(t, 5*time.Second), job.Session, job.ID))
 
 	var runs atomic.Int32
-	b.startWorker(t, &worker.Config{DisableBuiltins: true}, func(w *worker.Worker) {
+	b.startWorker(t, nil, func(w *worker.Worker) {
 		require.NoError(t, w.Register("later", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
 			runs.Add(1)
 			return nil, nil
@@ -81,7 +81,7 @@ func TestCancelRunningJob(t *testing.T) {
 func TestSleepToolHonoursCancel(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.startWorker(t, nil, nil)
+	b.startWorker(t, withBuiltins, nil)
 	job := b.submit(t, worker.ToolSleep, `{"ms":60000}`, &producer.SubmitOpts{Progress: true})
 	ctx := testutil.Context(t, 10*time.Second)
 	require.Eventually(t, func() bool {
@@ -104,7 +104,7 @@ func TestSleepToolHonoursCancel(t *testing.T) {
 func TestAttemptTimeout(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.startWorker(t, &worker.Config{Tool: worker.ToolConfig{Retry: worker.RetryPolicy{MaxAttempts: 2, InitialInterval: 10 * time.Millisecond, MaxInterval: 10 * time.Millisecond}}}, nil)
+	b.startWorker(t, &worker.Config{Builtins: true, Tool: worker.ToolConfig{Retry: worker.RetryPolicy{MaxAttempts: 2, InitialInterval: 10 * time.Millisecond, MaxInterval: 10 * time.Millisecond}}}, nil)
 	ev := b.await(t, b.submit(t, worker.ToolSleep, `{"ms":5000}`, &producer.SubmitOpts{TimeoutMs: 100}))
 	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
 	require.Equal(t, contracts.CodeTimeout, ev.Data.Error.Code)
@@ -120,7 +120,7 @@ func TestMaxDeliveriesAdvisoryMovesLostJobToDLQ(t *testing.T) {
 	started := make(chan struct{}, 1)
 	release := make(chan struct{})
 	ncA := b.srv.Connect(t)
-	wa, err := worker.New(ncA, &worker.Config{Name: "A", Logger: quiet, DisableBuiltins: true})
+	wa, err := worker.New(ncA, &worker.Config{Name: "A", Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, wa.Register("fragile", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
 		started <- struct{}{}
@@ -293,4 +293,31 @@ func TestTwoWorkersTenThousandJobsExactlyOnce(t *testing.T) {
 	exactlyOneTerminal(t, b, "bulk", set, contracts.StatusCompleted)
 	require.Equal(t, int32(0), dup.Load(), "no job may run twice")
 	requireQueueEmpty(t, b)
+}
+
+// A Start that fails (here: its context is already over) leaves the worker
+// stopped: Stop is harmless, Stopped is closed, and Start can be retried.
+func TestStopAfterFailedStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, err := worker.New(b.srv.Connect(t), &worker.Config{Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, w.Register("echo", worker.HandlerFunc(func(_ context.Context, j *contracts.Job) (json.RawMessage, error) {
+		return j.Input, nil
+	}), nil))
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.Error(t, w.Start(ended))
+	require.NotPanics(t, func() { require.NoError(t, w.Stop(testutil.Context(t, 5*time.Second))) })
+	select {
+	case <-w.Stopped():
+	default:
+		t.Fatal("Stopped is not closed after a failed Start and a Stop")
+	}
+
+	require.NoError(t, w.Start(testutil.Context(t, 10*time.Second)), "a failed Start can be retried")
+	ev := b.await(t, b.submit(t, "echo", `7`, nil))
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
+	require.NoError(t, w.Stop(testutil.Context(t, 10*time.Second)))
+	<-w.Stopped()
 }

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,4 +45,35 @@ func TestParkThenEmitContinuation(t *testing.T) {
 	}
 	require.Equal(t, []contracts.Status{contracts.StatusApprovalPending, contracts.StatusApproved, contracts.StatusCompleted}, statuses)
 	require.ErrorIs(t, w.Emit(ctx, &contracts.Job{ID: "x y", Session: "s1"}, contracts.StatusFailed, 1, nil, nil), contracts.ErrInvalidInput)
+}
+
+// A handler that parks a job with a result that is not JSON has a bug: the
+// job fails at once, not after a round of retries.
+func TestParkWithInvalidResultFailsPermanently(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var runs atomic.Int32
+	b.startWorker(t, nil, func(w *worker.Worker) {
+		require.NoError(t, w.Register("ask", worker.HandlerFunc(func(_ context.Context, j *contracts.Job) (json.RawMessage, error) {
+			runs.Add(1)
+			if string(j.Input) == `"status"` {
+				return json.RawMessage(`{}`), worker.Park(contracts.StatusCompleted, 1)
+			}
+			return json.RawMessage(`{not json`), worker.Park(contracts.StatusApprovalPending, 1)
+		}), &worker.ToolConfig{Retry: worker.RetryPolicy{MaxAttempts: 3, InitialInterval: 10 * time.Millisecond, MaxInterval: 20 * time.Millisecond}}))
+	})
+	ev := b.await(t, b.submit(t, "ask", `{}`, nil))
+	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+	require.Equal(t, contracts.CodeInternalError, ev.Data.Error.Code)
+	require.False(t, ev.Data.Error.Retryable)
+	require.Contains(t, ev.Data.Error.Message, "park result is invalid")
+	require.Equal(t, 1, ev.Data.Attempt)
+	require.Equal(t, int32(1), runs.Load(), "never retried")
+
+	// A park with a status that does not park is the same bug.
+	ev = b.await(t, b.submit(t, "ask", `"status"`, nil))
+	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+	require.Contains(t, ev.Data.Error.Message, "does not park")
+	require.Equal(t, 1, ev.Data.Attempt)
+	requireQueueEmpty(t, b)
 }

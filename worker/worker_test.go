@@ -34,6 +34,9 @@ func TestMain(m *testing.M) {
 
 var quiet = slog.New(slog.DiscardHandler)
 
+// withBuiltins is the configuration of a worker that runs noop and sleep.
+var withBuiltins = &worker.Config{Builtins: true}
+
 type bundle struct {
 	srv  *testutil.Server
 	nc   *nats.Conn
@@ -108,7 +111,7 @@ func (b *bundle) allEvents(t *testing.T, session string) []*contracts.Event {
 func TestNoopCompletes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.startWorker(t, nil, nil)
+	b.startWorker(t, withBuiltins, nil)
 	job := b.submit(t, worker.ToolNoop, `{"hello":"world"}`, nil)
 	ev := b.await(t, job)
 	require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
@@ -136,7 +139,7 @@ func TestDottedToolNames(t *testing.T) {
 func TestAwaitAfterEventPublished(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.startWorker(t, nil, nil)
+	b.startWorker(t, withBuiltins, nil)
 	job := b.submit(t, worker.ToolNoop, `1`, nil)
 	// Read the event through another route first, so it surely exists.
 	require.Eventually(t, func() bool {
@@ -303,7 +306,7 @@ func requireQueueEmpty(t *testing.T, b *bundle) {
 func TestPanicBecomesFailedAndWorkerKeepsRunning(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.startWorker(t, nil, func(w *worker.Worker) {
+	b.startWorker(t, withBuiltins, func(w *worker.Worker) {
 		require.NoError(t, w.Register("panicky", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
 			panic("kaboom")
 		}), nil))
@@ -318,7 +321,7 @@ func TestPanicBecomesFailedAndWorkerKeepsRunning(t *testing.T) {
 func TestMalformedJobsGetInvalidInput(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.startWorker(t, nil, nil)
+	b.startWorker(t, withBuiltins, nil)
 	ctx := testutil.Context(t, 10*time.Second)
 
 	// The producer refuses bad ids before anything is sent.
@@ -365,7 +368,7 @@ func TestWorkerStoppedWithoutAckJobCompletesElsewhere(t *testing.T) {
 	tc := &worker.ToolConfig{AckWait: 500 * time.Millisecond}
 	// Worker A takes the job and then its connection dies without an ack.
 	ncA := b.srv.Connect(t)
-	wa, err := worker.New(ncA, &worker.Config{Name: "A", Logger: quiet, DisableBuiltins: true})
+	wa, err := worker.New(ncA, &worker.Config{Name: "A", Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, wa.Register("work", worker.HandlerFunc(func(ctx context.Context, _ *contracts.Job) (json.RawMessage, error) {
 		started <- struct{}{}
@@ -381,7 +384,7 @@ func TestWorkerStoppedWithoutAckJobCompletesElsewhere(t *testing.T) {
 	ncA.Close() // A is gone: no ack, no heartbeat, no event can be published.
 	close(release)
 
-	b.startWorker(t, &worker.Config{Name: "B", DisableBuiltins: true}, func(w *worker.Worker) {
+	b.startWorker(t, &worker.Config{Name: "B"}, func(w *worker.Worker) {
 		require.NoError(t, w.Register("work", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
 			return json.RawMessage(`"from B"`), nil
 		}), tc))
@@ -423,7 +426,7 @@ func TestRedeliveredFinishedJobAnsweredFromEvent(t *testing.T) {
 	started := make(chan struct{}, 1)
 	release := make(chan struct{})
 	ncA := b.srv.Connect(t)
-	wa, err := worker.New(ncA, &worker.Config{Name: "A", Logger: quiet, DisableBuiltins: true})
+	wa, err := worker.New(ncA, &worker.Config{Name: "A", Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, wa.Register("once", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
 		started <- struct{}{}
@@ -447,7 +450,7 @@ func TestRedeliveredFinishedJobAnsweredFromEvent(t *testing.T) {
 	close(release)
 
 	var runsB atomic.Int32
-	b.startWorker(t, &worker.Config{Name: "B", DisableBuiltins: true}, func(w *worker.Worker) {
+	b.startWorker(t, &worker.Config{Name: "B"}, func(w *worker.Worker) {
 		require.NoError(t, w.Register("once", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
 			runsB.Add(1)
 			return json.RawMessage(`"ran again"`), nil

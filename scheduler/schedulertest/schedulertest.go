@@ -59,6 +59,7 @@ func Run(t *testing.T, d Driver) {
 		{"DeleteStopsFirings", testDelete},
 		{"TwoInstancesOneJobPerFiring", testTwoInstances},
 		{"RestartKeepsSchedulesAndCatchesUpOnce", testRestart},
+		{"SameInstanceStartsAgain", testStartAgain},
 		{"BackendRestart", testBackendRestart},
 		{"NATSRestartKeepsSchedules", testNATSRestart},
 		{"BadInputRefused", testBadInput},

@@ -145,6 +145,27 @@ func testTwoInstances(t *testing.T, d Driver) {
 	require.InDelta(t, float64(n-1), span.Seconds(), 1, "fire times of %d jobs span %s: %v", len(js), span, ids(js))
 }
 
+// A stopped engine starts again (the lifecycle allows it) and fires its
+// schedules as before.
+func testStartAgain(t *testing.T, d Driver) {
+	t.Helper()
+	b := setup(t, d)
+	e := b.d.New(t, b.nc, b.backend)
+	require.NoError(t, e.Start(ctxT(t, 15*time.Second)))
+	s, err := e.Create(ctxT(t, 5*time.Second), b.schedule(scheduler.Schedule{ID: "again", Every: time.Second}))
+	require.NoError(t, err)
+	b.jobs.waitN(t, 1, 5*time.Second)
+	stop(t, e)
+	stopped := time.Now()
+
+	require.NoError(t, e.Start(ctxT(t, 15*time.Second)))
+	t.Cleanup(func() { stop(t, e) })
+	js := b.jobs.waitFor(t, 10*time.Second, "a firing after the restart", func(js []job) bool {
+		return len(js) > 0 && js[len(js)-1].FireTime.After(stopped.Add(time.Second))
+	})
+	requireOnePerFiring(t, s.ID, js)
+}
+
 // Schedules survive a scheduler restart; firings missed while it was down
 // are caught up once (only the latest), then it fires on schedule.
 func testRestart(t *testing.T, d Driver) {

@@ -6,16 +6,17 @@
 //
 // # Wiring
 //
-// A worker builds the tool once and calls Handle for each code_execution job:
+// Register builds the tool and adds it to a worker as code_execution, with
+// its catalog entry:
 //
-//	tool, err := providers.NewCodeExecution(&providers.Config{
-//		OnBreakerChange: func(c providers.BreakerChange) { /* log, publish an event */ },
+//	tool, err := codeexec.Register(w, &codeexec.Config{
+//		OnBreakerChange: func(c codeexec.BreakerChange) { /* log, publish an event */ },
 //	})
-//	details, err := tool.Handle(ctx, job) // err is a *contracts.Error
 //
-// While Accepting reports false (every enabled provider's breaker is open)
-// the worker should stop pulling code_execution jobs; Available tells it
-// about one provider.
+// The worker pulls code_execution jobs only while Accepting reports true
+// (some enabled provider's breaker is not open); Available tells about one
+// provider. Without a worker, NewCodeExecution builds the tool and Handle
+// runs one job (its error is a *contracts.Error).
 //
 // # Input and result
 //

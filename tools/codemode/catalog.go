@@ -28,6 +28,7 @@ type catalog struct {
 func (c *catalog) watch(ctx context.Context, kv jetstream.KeyValue, done func()) error {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
+		done()
 		return fmt.Errorf("codemode: watch catalog: %w", err)
 	}
 	ready := make(chan struct{})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/bus"
+	"github.com/toolq/toolq/internal/lifecycle"
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/sandbox"
 	"github.com/toolq/toolq/worker"
@@ -34,14 +35,14 @@ type CodeMode struct {
 	store   *store
 	catalog *catalog
 
-	mu      sync.Mutex
-	started bool
-	cancel  context.CancelFunc
-	loops   sync.WaitGroup
-	stopped chan struct{}
+	life   *lifecycle.Service
+	cancel context.CancelFunc // ends the loops
+	loops  sync.WaitGroup
 }
 
-// Register adds code mode's tools to w. Call Start before the worker's Start.
+// Register adds code mode's tools to w, makes code mode one of w's
+// extensions (the worker starts it before it pulls a job and stops it after
+// its jobs drained) and follows the worker's cancel feed.
 func Register(w *worker.Worker, nc *nats.Conn, cfg *Config) (*CodeMode, error) {
 	if w == nil || nc == nil {
 		return nil, errors.New("codemode: nil worker or connection")
@@ -58,15 +59,11 @@ func Register(w *worker.Worker, nc *nats.Conn, cfg *Config) (*CodeMode, error) {
 	if err != nil {
 		return nil, err
 	}
-	prod, err := producer.New(nc, &producer.Config{Subjects: c.Subjects, Logger: c.Logger, Name: "codemode-" + w.Name()})
-	if err != nil {
-		return nil, err
-	}
 	cm := &CodeMode{
-		w: w, nc: nc, js: js, cfg: c, log: c.Logger.With(slog.String("worker", w.Name())), prod: prod,
+		w: w, nc: nc, js: js, cfg: c, log: c.Logger.With(slog.String("worker", w.Name())),
 		catalog: &catalog{entries: map[string]contracts.CatalogTool{}, log: c.Logger},
-		stopped: make(chan struct{}),
 	}
+	cm.life = lifecycle.New(&lifecycle.Config{Start: cm.start, Stop: cm.stop, ErrStarted: errors.New("codemode: already started")})
 	long := c.MaxSnapshotTTL + time.Minute
 	tools := []struct {
 		name string
@@ -82,19 +79,29 @@ func Register(w *worker.Worker, nc *nats.Conn, cfg *Config) (*CodeMode, error) {
 			return nil, err
 		}
 	}
+	if err := w.OnCancel(cm.onCancel); err != nil {
+		return nil, err
+	}
+	if err := w.Use(cm); err != nil {
+		return nil, err
+	}
 	return cm, nil
 }
 
 // Start creates the runs bucket and the snapshot store, loads the catalog
-// and starts following expiries and cancellations. It must run before the
-// worker starts pulling jobs.
-func (c *CodeMode) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.started {
-		return errors.New("codemode: already started")
-	}
-	c.started = true
+// and starts following expiries. The worker calls it (Register made code
+// mode its extension) before it pulls a job.
+func (c *CodeMode) Start(ctx context.Context) error { return c.life.Start(ctx) }
+
+// Stop ends the background loops and closes code mode's producer; the
+// worker calls it after its jobs drained. A second Stop waits for the
+// first; Stop before Start is harmless.
+func (c *CodeMode) Stop(ctx context.Context) error { return c.life.Stop(ctx) }
+
+// Stopped is closed while code mode is not running (see Stop).
+func (c *CodeMode) Stopped() <-chan struct{} { return c.life.Stopped() }
+
+func (c *CodeMode) start(ctx context.Context) error {
 	s := c.cfg.Subjects
 	if err := bus.Ensure(ctx, c.js, bus.Config{Subjects: s, Replicas: c.cfg.Replicas, Storage: c.cfg.Storage}); err != nil {
 		return err
@@ -128,42 +135,31 @@ func (c *CodeMode) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("codemode: catalog: %w", err)
 	}
+	prod, err := producer.New(c.nc, &producer.Config{Subjects: s, Logger: c.cfg.Logger, Name: "codemode-" + c.w.Name()})
+	if err != nil {
+		return err
+	}
+	c.prod = prod
 	lctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	c.loops.Add(1)
 	if err := c.catalog.watch(lctx, catKV, c.loops.Done); err != nil { //nolint:contextcheck // the watch loop lives until Stop, not until Start's ctx ends
-		cancel()
+		_ = c.stop(ctx)
 		return err
 	}
 	if err := c.startExpiry(ctx, lctx); err != nil {
-		cancel()
-		return err
-	}
-	if err := c.startCancelWatch(ctx, lctx); err != nil {
-		cancel()
+		_ = c.stop(ctx)
 		return err
 	}
 	return nil
 }
 
-// Stop ends the background loops. Stop the worker first.
-func (c *CodeMode) Stop(ctx context.Context) error {
-	c.mu.Lock()
-	cancel := c.cancel
-	c.cancel = nil
-	c.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		done := make(chan struct{})
-		go func() { c.loops.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		c.prod.Close()
-		close(c.stopped)
-	}
+// stop ends the loops, waits for them, then closes the producer (a loop
+// may still cancel nested jobs with it until then).
+func (c *CodeMode) stop(context.Context) error {
+	c.cancel()
+	c.loops.Wait()
+	c.prod.Close()
 	return nil
 }
 

@@ -83,7 +83,7 @@ func setupB(b *testing.B) *bundle {
 	b.Cleanup(prod.Close)
 	bb := &bundle{prod: prod}
 	nc := connect()
-	w, err := worker.New(nc, &worker.Config{Name: "bench", Logger: quiet, StopTimeout: time.Second})
+	w, err := worker.New(nc, &worker.Config{Name: "bench", Logger: quiet, StopTimeout: time.Second, Builtins: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -91,14 +91,10 @@ func setupB(b *testing.B) *bundle {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cm, err := codemode.Register(w, nc, &codemode.Config{Engine: eng, Logger: quiet})
-	if err != nil {
+	if _, err := codemode.Register(w, nc, &codemode.Config{Engine: eng, Logger: quiet}); err != nil {
 		b.Fatal(err)
 	}
 	ctx := testutil.Context(b, 30*time.Second)
-	if err := cm.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
 	if err := w.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -106,29 +102,18 @@ func setupB(b *testing.B) *bundle {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = w.Stop(sctx)
-		_ = cm.Stop(sctx)
 		_ = eng.Close(sctx)
 	})
 	return bb
 }
 
 // startWorker starts a worker with code mode and the given extra tools.
+// Code mode and tool packs with a lifecycle of their own (exec) are the
+// worker's extensions: the worker starts and stops them.
 func (b *bundle) startWorker(t *testing.T, name string, cfg *codemode.Config, register func(w *worker.Worker)) *worker.Worker {
 	t.Helper()
-	return b.startWorkerWith(t, name, cfg, func(w *worker.Worker) (start, stop func(context.Context) error) {
-		if register != nil {
-			register(w)
-		}
-		return nil, nil
-	})
-}
-
-// startWorkerWith is startWorker with tools that have a lifecycle of their
-// own (started before the worker, stopped after it).
-func (b *bundle) startWorkerWith(t *testing.T, name string, cfg *codemode.Config, register func(w *worker.Worker) (start, stop func(context.Context) error)) *worker.Worker {
-	t.Helper()
 	nc := b.srv.Connect(t)
-	w, err := worker.New(nc, &worker.Config{Name: name, Logger: quiet, StopTimeout: time.Second})
+	w, err := worker.New(nc, &worker.Config{Name: name, Logger: quiet, StopTimeout: time.Second, Builtins: true})
 	require.NoError(t, err)
 	var c codemode.Config
 	if cfg != nil {
@@ -138,20 +123,18 @@ func (b *bundle) startWorkerWith(t *testing.T, name string, cfg *codemode.Config
 	c.Logger = quiet
 	cm, err := codemode.Register(w, nc, &c)
 	require.NoError(t, err)
-	start, stop := register(w)
-	ctx := testutil.Context(t, 20*time.Second)
-	require.NoError(t, cm.Start(ctx))
-	if start != nil {
-		require.NoError(t, start(ctx))
+	if register != nil {
+		register(w)
 	}
-	require.NoError(t, w.Start(ctx))
+	require.NoError(t, w.Start(testutil.Context(t, 20*time.Second)))
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		require.NoError(t, w.Stop(sctx))
-		require.NoError(t, cm.Stop(sctx))
-		if stop != nil {
-			require.NoError(t, stop(sctx))
+		select {
+		case <-cm.Stopped():
+		default:
+			t.Error("the worker's Stop did not stop code mode")
 		}
 	})
 	return w

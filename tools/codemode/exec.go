@@ -214,7 +214,7 @@ func (c *CodeMode) submitPending(ctx context.Context, rec *record, rev uint64) (
 		ref := rec.Catalog[p.ToolID]
 		nj := &contracts.Job{
 			ID: p.JobID, Tool: ref.Tool, Session: rec.Session, Input: p.Input,
-			Parent: &contracts.Parent{RunID: rec.RunID, CallID: p.CallID}, CreatedAt: time.Now().UTC(),
+			Parent: &contracts.Parent{RunID: rec.RunID, CallID: p.CallID, Tool: contracts.ToolCodeModeResult}, CreatedAt: time.Now().UTC(),
 		}
 		if err := c.prod.SubmitJob(ctx, nj, rec.TraceParent); err != nil {
 			return rev, fmt.Errorf("codemode: submit nested call %s: %w", p.CallID, err)

@@ -1,7 +1,6 @@
 package codemode_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -28,8 +27,8 @@ func TestNestedExecWaitsForApproval(t *testing.T) {
 	require.NoError(t, err)
 	pub, err := kp.PublicKey()
 	require.NoError(t, err)
-	b.startWorkerWith(t, "A", nil, func(w *worker.Worker) (start, stop func(context.Context) error) {
-		se, err := shellexec.Register(w, b.srv.Connect(t), &shellexec.Config{
+	b.startWorker(t, "A", nil, func(w *worker.Worker) {
+		_, err := shellexec.Register(w, b.srv.Connect(t), &shellexec.Config{
 			Policy: shell.Policy{
 				Security: shell.SecurityAllowlist, Ask: shell.AskOnMiss,
 				Allowlist: []string{"/usr/bin/echo"},
@@ -39,7 +38,6 @@ func TestNestedExecWaitsForApproval(t *testing.T) {
 			Logger:    quiet,
 		})
 		require.NoError(t, err)
-		return se.Start, se.Stop
 	})
 	job := b.exec(t, `
 		const r = await tools.callValue("toolq:core:exec", {command: "uname -s"});

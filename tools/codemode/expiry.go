@@ -2,10 +2,7 @@ package codemode
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/bus"
@@ -40,31 +37,11 @@ func (c *CodeMode) expire(ctx context.Context, session, runID string) error {
 	return nil
 }
 
-// startCancelWatch follows the cancels bucket: a cancelled exec job's run
-// is removed with its snapshot and its pending nested jobs are cancelled.
-func (c *CodeMode) startCancelWatch(ctx, lctx context.Context) error {
-	kv, err := c.js.KeyValue(ctx, c.cfg.Subjects.Bucket("cancels"))
-	if err != nil {
-		return fmt.Errorf("codemode: cancels bucket: %w", err)
-	}
-	w, err := kv.WatchAll(lctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
-	if err != nil {
-		return fmt.Errorf("codemode: watch cancels: %w", err)
-	}
-	c.loops.Add(1)
-	go func() {
-		defer c.loops.Done()
-		for e := range w.Updates() {
-			if e == nil {
-				continue
-			}
-			session := string(e.Value())
-			if contracts.ValidID(session) && contracts.ValidID(e.Key()) {
-				c.cancelRun(lctx, session, e.Key())
-			}
-		}
-	}()
-	return nil
+// onCancel hears the worker's cancel feed: a cancelled exec job's run is
+// removed with its snapshot and its pending nested jobs are cancelled. Any
+// other job id names no run and is passed over after one lookup.
+func (c *CodeMode) onCancel(ctx context.Context, session, jobID string) {
+	c.cancelRun(ctx, session, jobID)
 }
 
 func (c *CodeMode) cancelRun(ctx context.Context, session, runID string) {

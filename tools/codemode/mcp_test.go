@@ -64,14 +64,10 @@ func startGitHub(t *testing.T) string {
 func registerMCP(t *testing.T, cfg *mcp.Config) func(w *worker.Worker) {
 	t.Helper()
 	cfg.Logger = quiet
-	servers, err := mcp.New(testutil.Context(t, 20*time.Second), cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, servers.Close()) })
 	return func(w *worker.Worker) {
-		for _, tool := range servers.Tools() {
-			entry := tool.Catalog
-			require.NoError(t, w.Register(tool.Name, worker.HandlerFunc(tool.Handle), &worker.ToolConfig{Catalog: &entry}))
-		}
+		// The servers are the worker's extension: its Stop closes them.
+		_, err := mcp.Register(testutil.Context(t, 20*time.Second), w, cfg)
+		require.NoError(t, err)
 	}
 }
 

@@ -21,7 +21,9 @@
 //
 // New connects to every server (within ConnectTimeout), lists its tools and
 // fails when a server cannot be reached: a worker does not start with a
-// server it cannot use. Each tool of server S named T is:
+// server it cannot use. Register does the same and adds every tool to a
+// worker, whose extension the servers become (the worker's Stop ends their
+// sessions). Each tool of server S named T is:
 //
 //   - the bus tool mcp.S.T (jobs on <prefix>.jobs.mcp.S.T);
 //   - the catalog entry mcp:S:T, source mcp, with the tool's description

@@ -63,20 +63,18 @@ func TestDeployPermissions(t *testing.T) {
 	wc := connect(nats.UserInfo("worker", "worker-secret"))
 	w, err := worker.New(wc, &worker.Config{Name: "w1", Logger: quiet, StopTimeout: 5 * time.Second})
 	require.NoError(t, err)
-	se, err := shellexec.Register(w, wc, &shellexec.Config{
+	_, err = shellexec.Register(w, wc, &shellexec.Config{
 		Policy:    shell.Policy{Security: shell.SecurityAllowlist, Ask: shell.AskOnMiss},
 		Runner:    shell.RunnerConfig{ScratchDir: t.TempDir()},
 		Approvers: []string{pub}, Logger: quiet,
 	})
 	require.NoError(t, err)
 	ctx := testutil.Context(t, 30*time.Second)
-	require.NoError(t, se.Start(ctx))
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		require.NoError(t, w.Stop(sctx))
-		require.NoError(t, se.Stop(sctx))
 	})
 
 	agent, err := producer.New(connect(nats.UserInfo("agent", "agent-secret")), &producer.Config{Session: "agent", Logger: quiet})

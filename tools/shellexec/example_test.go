@@ -48,7 +48,9 @@ func Example() {
 
 	w, err := worker.New(nc, &worker.Config{Logger: quiet})
 	check(err)
-	se, err := shellexec.Register(w, nc, &shellexec.Config{
+	// Register makes the exec tool an extension of the worker: the worker
+	// starts and stops it.
+	_, err = shellexec.Register(w, nc, &shellexec.Config{
 		Policy: shell.Policy{
 			Security: shell.SecurityAllowlist, Ask: shell.AskOnMiss,
 			Allowlist: []string{"/usr/bin/echo"},
@@ -57,9 +59,8 @@ func Example() {
 		Logger:    quiet,
 	})
 	check(err)
-	check(se.Start(ctx))
 	check(w.Start(ctx))
-	defer func() { check(w.Stop(ctx)); check(se.Stop(ctx)) }()
+	defer func() { check(w.Stop(ctx)) }()
 
 	p, err := producer.New(nc, &producer.Config{Logger: quiet})
 	check(err)

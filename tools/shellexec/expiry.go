@@ -4,11 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/bus"
@@ -58,39 +55,12 @@ func (s *ShellExec) expire(ctx context.Context, id string) error {
 	return nil
 }
 
-// startCancelWatch follows the cancels bucket: a cancelled job's approved
+// onCancel hears the worker's cancel feed: a cancelled job's approved
 // command or background session is killed, and its pending approval is
 // marked cancelled so no later decision runs it.
-func (s *ShellExec) startCancelWatch() error {
-	lctx := s.lctx
-	w, err := s.cancels.WatchAll(lctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
-	if err != nil {
-		return fmt.Errorf("shellexec: watch cancels: %w", err)
-	}
-	s.loops.Add(1)
-	go func() {
-		defer s.loops.Done()
-		defer func() { _ = w.Stop() }()
-		for {
-			select {
-			case <-lctx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil {
-					continue
-				}
-				jobID, session := e.Key(), string(e.Value())
-				s.stopRun(jobID, errJobCancelled)
-				if contracts.ValidID(jobID) && contracts.ValidID(session) {
-					s.cancelApproval(lctx, session, jobID)
-				}
-			}
-		}
-	}()
-	return nil
+func (s *ShellExec) onCancel(ctx context.Context, session, jobID string) {
+	s.stopRun(jobID, errJobCancelled)
+	s.cancelApproval(ctx, session, jobID)
 }
 
 // cancelApproval marks the pending approval of a cancelled exec job.

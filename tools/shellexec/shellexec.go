@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/bus"
+	"github.com/toolq/toolq/internal/lifecycle"
 	"github.com/toolq/toolq/shell"
 	"github.com/toolq/toolq/worker"
 )
@@ -32,15 +33,14 @@ type ShellExec struct {
 	cancels  jetstream.KeyValue
 	events   jetstream.Stream
 
+	life   *lifecycle.Service
+	lctx   context.Context // the loops' and background sessions' lifetime
+	cancel context.CancelFunc
+	loops  sync.WaitGroup
+
 	mu       sync.Mutex
-	started  bool
-	lctx     context.Context
-	cancel   context.CancelFunc
 	running  map[string]context.CancelCauseFunc // by the job id a cancel names
 	sessions int                                // background sessions running
-	loops    sync.WaitGroup
-	stopped  chan struct{}
-	stopOne  sync.Once
 }
 
 // Causes of a run's context ending early.
@@ -52,8 +52,9 @@ var (
 	errExecEnded = errors.New("shellexec: exec job ended")
 )
 
-// Register adds exec and exec.decide to w. Call Start before the worker's
-// Start and Stop after the worker's Stop.
+// Register adds exec and exec.decide to w, makes the exec tool one of w's
+// extensions (the worker starts it before it pulls a job and stops it after
+// its jobs drained) and follows the worker's cancel feed.
 func Register(w *worker.Worker, nc *nats.Conn, cfg *Config) (*ShellExec, error) {
 	if w == nil || nc == nil {
 		return nil, errors.New("shellexec: nil worker or connection")
@@ -80,8 +81,8 @@ func Register(w *worker.Worker, nc *nats.Conn, cfg *Config) (*ShellExec, error) 
 		w: w, nc: nc, js: js, cfg: c, runner: runner,
 		log:     c.Logger.With(slog.String("worker", w.Name())),
 		running: map[string]context.CancelCauseFunc{},
-		stopped: make(chan struct{}),
 	}
+	s.life = lifecycle.New(&lifecycle.Config{Start: s.start, Stop: s.stop, ErrStarted: errors.New("shellexec: already started")})
 	long := contracts.MaxJobTimeout + 5*time.Minute
 	// exec runs at most once: a command may have side effects, so a job
 	// whose worker died is failed (DLQ), never run a second time.
@@ -105,20 +106,32 @@ func Register(w *worker.Worker, nc *nats.Conn, cfg *Config) (*ShellExec, error) 
 	}); err != nil {
 		return nil, err
 	}
+	if err := w.OnCancel(s.onCancel); err != nil {
+		return nil, err
+	}
+	if err := w.Use(s); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
 // Start creates the approvals and policy buckets and starts following
-// approval expiries and cancellations. It must run before the worker starts
-// pulling jobs. A missing bubblewrap is logged, not fatal: sandboxed jobs
-// then fail closed with runtime_unavailable.
-func (s *ShellExec) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started {
-		return errors.New("shellexec: already started")
-	}
-	s.started = true
+// approval expiries. The worker calls it (Register made the exec tool its
+// extension) before it pulls a job. A missing bubblewrap is logged, not
+// fatal: sandboxed jobs then fail closed with runtime_unavailable.
+func (s *ShellExec) Start(ctx context.Context) error { return s.life.Start(ctx) }
+
+// Stop kills background sessions and ends the background loops; the worker
+// calls it after its jobs drained (approved commands run inside exec.decide
+// jobs, which the worker's Stop drains or hands back). A second Stop waits
+// for the first; Stop before Start is harmless.
+func (s *ShellExec) Stop(ctx context.Context) error { return s.life.Stop(ctx) }
+
+// Stopped is closed while the exec tool is not running: once Stop has
+// finished, every background session has ended.
+func (s *ShellExec) Stopped() <-chan struct{} { return s.life.Stopped() }
+
+func (s *ShellExec) start(ctx context.Context) error {
 	sub := s.cfg.Subjects
 	if err := bus.Ensure(ctx, s.js, bus.Config{Subjects: sub, Replicas: s.cfg.Replicas, Storage: s.cfg.Storage}); err != nil {
 		return err
@@ -156,41 +169,18 @@ func (s *ShellExec) Start(ctx context.Context) error {
 	}
 	s.lctx, s.cancel = context.WithCancel(context.Background())
 	if err := s.startExpiry(ctx); err != nil {
-		s.cancel()
-		return err
-	}
-	if err := s.startCancelWatch(); err != nil { //nolint:contextcheck // the watch loop lives until Stop, not until Start's ctx ends
-		s.cancel()
+		_ = s.stop(ctx)
 		return err
 	}
 	return nil
 }
 
-// Stop kills background sessions and ends the background loops. Stop the
-// worker first: approved commands run inside exec.decide jobs, which the
-// worker's Stop drains or hands back. Stop before Start and a second Stop
-// are harmless.
-func (s *ShellExec) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	cancel := s.cancel
-	s.cancel = nil
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		done := make(chan struct{})
-		go func() { s.loops.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	s.stopOne.Do(func() { close(s.stopped) })
+// stop ends the loops and background sessions and waits for them.
+func (s *ShellExec) stop(context.Context) error {
+	s.cancel()
+	s.loops.Wait()
 	return nil
 }
-
-// Stopped is closed once Stop has returned.
-func (s *ShellExec) Stopped() <-chan struct{} { return s.stopped }
 
 // track registers a run that a cancel of jobID ends. It checks the cancels
 // bucket once after registering, so a cancel recorded just before is not

@@ -81,14 +81,16 @@ func setup(t *testing.T, mutate func(c *shellexec.Config)) *bundle {
 	se, err := shellexec.Register(w, nc, &cfg)
 	require.NoError(t, err)
 	ctx := testutil.Context(t, 20*time.Second)
-	require.NoError(t, se.Start(ctx))
-	require.NoError(t, w.Start(ctx))
+	require.NoError(t, w.Start(ctx)) // starts the exec tool, its extension
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
 		require.NoError(t, w.Stop(sctx))
-		require.NoError(t, se.Stop(sctx))
-		<-se.Stopped()
+		select {
+		case <-se.Stopped():
+		default:
+			t.Error("the worker's Stop did not stop the exec tool")
+		}
 	})
 	pc := srv.Connect(t)
 	prod, err := producer.New(pc, &producer.Config{Session: "s1", Logger: quiet})
@@ -731,4 +733,30 @@ func TestBackgroundSessionsAreCapped(t *testing.T) {
 		j := b.exec(t, map[string]any{"command": "echo again", "background": true})
 		return b.await(t, j.Session, j.ID, true).Data.Status == contracts.StatusCompleted
 	}, 10*time.Second, 50*time.Millisecond)
+}
+
+// A Stop whose context ends first returns early, but the stop goes on: a
+// second Stop waits for it, so by then the killed background session has
+// written its end and nothing of the tool runs any more.
+func TestSecondStopWaitsForTheFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *shellexec.Config) { c.Policy.Allowlist = append(c.Policy.Allowlist, "/usr/bin/sleep") })
+	job := b.exec(t, map[string]any{"command": "sleep 60", "background": true})
+	require.Equal(t, contracts.StatusCompleted, b.await(t, job.Session, job.ID, true).Data.Status)
+	sid := shellexec.SessionID(job.ID)
+	require.Eventually(t, func() bool { return len(b.events(t, job.Session, sid)) > 0 }, 10*time.Second, 20*time.Millisecond)
+
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = b.se.Stop(ended) // returns when its context ends; the stop goes on
+	require.NoError(t, b.se.Stop(testutil.Context(t, 20*time.Second)))
+	select {
+	case <-b.se.Stopped():
+	default:
+		t.Fatal("Stopped is not closed after Stop returned")
+	}
+	evs := b.events(t, job.Session, sid)
+	last := evs[len(evs)-1]
+	require.Equal(t, contracts.StatusFailed, last.Data.Status, "the session's end is written before Stop returns")
+	require.Equal(t, contracts.CodeCancelled, last.Data.Error.Code)
 }

@@ -99,7 +99,7 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 		return nil, err
 	}
 	defer wnc.Close()
-	w, err := worker.New(wnc, &worker.Config{Name: "bench", Logger: quiet, Tool: worker.ToolConfig{Concurrency: cfg.Concurrency, MaxAckPending: max(4096, cfg.Concurrency)}})
+	w, err := worker.New(wnc, &worker.Config{Name: "bench", Logger: quiet, Builtins: true, Tool: worker.ToolConfig{Concurrency: cfg.Concurrency, MaxAckPending: max(4096, cfg.Concurrency)}})
 	if err != nil {
 		return nil, err
 	}

@@ -68,7 +68,7 @@ func TestDevOnceRunsSelfCheck(t *testing.T) {
 func startBus(t *testing.T) string {
 	t.Helper()
 	srv := testutil.StartJetStream(t)
-	w, err := worker.New(srv.Connect(t), &worker.Config{Logger: slog.New(slog.DiscardHandler)})
+	w, err := worker.New(srv.Connect(t), &worker.Config{Logger: slog.New(slog.DiscardHandler), Builtins: true})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(testutil.Context(t, 10*time.Second)))
 	t.Cleanup(func() {
@@ -175,7 +175,7 @@ func startCodeModeBus(t *testing.T) string {
 	keyFile := filepath.Join(t.TempDir(), "key")
 	require.NoError(t, os.WriteFile(keyFile, []byte("00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"), 0o600))
 	g := &globals{prefix: contracts.DefaultPrefix, log: slog.New(slog.DiscardHandler), stdout: io.Discard, stderr: io.Discard}
-	n, err := newNode(testutil.Context(t, 30*time.Second), g, srv.Connect(t), &workerFlags{concurrency: 8, replicas: 1, stopTimeout: time.Second, snapshotKeyFile: keyFile})
+	n, err := newNode(testutil.Context(t, 30*time.Second), g, srv.Connect(t), &workerFlags{concurrency: 8, replicas: 1, stopTimeout: time.Second, snapshotKeyFile: keyFile, builtins: true})
 	require.NoError(t, err)
 	require.NotNil(t, n.cm)
 	require.NoError(t, n.start(testutil.Context(t, 30*time.Second)))

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -140,18 +139,4 @@ func printExecHelp(g *globals, f *workerFlags) {
 	if f.exec.approverSeed != "" {
 		fmt.Fprintf(g.stderr, "toolq dev: decide with   toolq approve <id> --seed-file %s --wait   or   toolq deny <id> --seed-file %s\n", f.exec.approverSeed, f.exec.approverSeed)
 	}
-}
-
-func (n *node) startExec(ctx context.Context) error {
-	if n.exec == nil {
-		return nil
-	}
-	return n.exec.Start(ctx)
-}
-
-func (n *node) stopExec(ctx context.Context) error {
-	if n.exec == nil {
-		return nil
-	}
-	return n.exec.Stop(ctx)
 }

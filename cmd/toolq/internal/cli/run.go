@@ -22,8 +22,8 @@ import (
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/sandbox"
 	"github.com/toolq/toolq/scheduler"
+	"github.com/toolq/toolq/tools/codeexec"
 	"github.com/toolq/toolq/tools/codemode"
-	"github.com/toolq/toolq/tools/mcp"
 	"github.com/toolq/toolq/tools/shellexec"
 	"github.com/toolq/toolq/worker"
 )
@@ -35,6 +35,7 @@ type workerFlags struct {
 	stopTimeout     time.Duration
 	snapshotKeyFile string
 	noCodeMode      bool
+	builtins        bool
 	mcpConfig       string
 	exec            execFlags
 	ackWait         time.Duration
@@ -52,16 +53,18 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "how long a code-mode resume may hold a run before another worker takes it over")
 	cmd.Flags().StringVar(&f.snapshotKeyFile, "snapshot-key-file", "", "key that signs code-mode snapshots, shared by every worker (or env TOOLQ_SNAPSHOT_KEY, hex)")
 	cmd.Flags().BoolVar(&f.noCodeMode, "no-code-mode", false, "do not run code-mode jobs on this worker")
+	cmd.Flags().BoolVar(&f.builtins, "builtins", false, "also run the diagnostic tools noop and sleep (always on in dev)")
 	addMCPFlag(cmd, &f.mcpConfig)
 	f.exec.register(cmd)
 }
 
 // node is a worker with every tool this binary has, code mode included.
+// Code mode, exec and the MCP servers are the worker's extensions: starting
+// and stopping the worker starts and stops them.
 type node struct {
 	w      *worker.Worker
 	cm     *codemode.CodeMode
 	engine *sandbox.Engine
-	mcp    *mcp.Servers
 	exec   *shellexec.ShellExec
 }
 
@@ -78,62 +81,68 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 	w, err := worker.New(nc, &worker.Config{
 		Name: f.name, Subjects: g.subjects(), Replicas: f.replicas, StopTimeout: f.stopTimeout,
 		Logger: g.log, Tool: worker.ToolConfig{Concurrency: f.concurrency, AckWait: f.ackWait},
+		Builtins: f.builtins,
 	})
 	if err != nil {
 		return nil, err
 	}
-	if err := registerTools(g, w, nc.Publish, f.providersConfig); err != nil {
+	cfg, err := codeExecConfig(g, nc.Publish, f.providersConfig)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := codeexec.Register(w, cfg); err != nil {
 		return nil, err
 	}
 	n := &node{w: w}
 	if n.exec, err = registerExec(g, w, nc, f); err != nil {
 		return nil, err
 	}
-	if n.mcp, err = registerMCP(ctx, g, w, f.mcpConfig); err != nil {
-		return nil, err
+	if !f.noCodeMode {
+		if err := n.registerCodeMode(ctx, g, nc, f); err != nil {
+			return nil, err
+		}
 	}
-	if f.noCodeMode {
-		return n, nil
-	}
-	key, err := snapshotKey(f.snapshotKeyFile)
-	if err != nil {
-		return nil, err
-	}
-	if key == nil {
-		g.log.Warn("code mode is off on this worker: no snapshot key (--snapshot-key-file or TOOLQ_SNAPSHOT_KEY)")
-		return n, nil
-	}
-	// Fail closed: a worker asked to run code mode without its runtime
-	// does not start.
-	if n.engine, err = sandbox.NewEngine(ctx, &sandbox.EngineConfig{SnapshotKey: key}); err != nil {
-		return nil, fmt.Errorf("code mode: %w", err)
-	}
-	if n.cm, err = codemode.Register(w, nc, &codemode.Config{
-		Engine: n.engine, Subjects: g.subjects(), Replicas: f.replicas, Logger: g.log, LeaseTTL: f.leaseTTL,
-	}); err != nil {
-		return nil, err
+	// Last: the servers are connected from here on, and a failure before
+	// would leave them so.
+	if err := registerMCP(ctx, g, w, f.mcpConfig); err != nil {
+		return nil, n.close(ctx, err)
 	}
 	return n, nil
 }
 
-func (n *node) start(ctx context.Context) error {
-	if err := n.startExec(ctx); err != nil {
+// registerCodeMode adds code mode when the worker has a snapshot key.
+func (n *node) registerCodeMode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) error {
+	key, err := snapshotKey(f.snapshotKeyFile)
+	if err != nil {
 		return err
 	}
-	if n.cm != nil {
-		if err := n.cm.Start(ctx); err != nil {
-			return err
-		}
+	if key == nil {
+		g.log.Warn("code mode is off on this worker: no snapshot key (--snapshot-key-file or TOOLQ_SNAPSHOT_KEY)")
+		return nil
 	}
-	return n.w.Start(ctx)
+	// Fail closed: a worker asked to run code mode without its runtime
+	// does not start.
+	if n.engine, err = sandbox.NewEngine(ctx, &sandbox.EngineConfig{SnapshotKey: key}); err != nil {
+		return fmt.Errorf("code mode: %w", err)
+	}
+	n.cm, err = codemode.Register(n.w, nc, &codemode.Config{
+		Engine: n.engine, Subjects: g.subjects(), Replicas: f.replicas, Logger: g.log, LeaseTTL: f.leaseTTL,
+	})
+	return err
 }
 
+// start starts the worker and with it its extensions; a failed start
+// leaves none of them running.
+func (n *node) start(ctx context.Context) error { return n.w.Start(ctx) }
+
+// stop stops the worker (and with it its extensions), then closes the
+// sandbox engine its code mode ran on.
 func (n *node) stop(ctx context.Context) error {
-	err := n.w.Stop(ctx)
-	err = errors.Join(err, n.mcp.Close(), n.stopExec(ctx))
-	if n.cm != nil {
-		err = errors.Join(err, n.cm.Stop(ctx))
-	}
+	return n.close(ctx, n.w.Stop(ctx))
+}
+
+// close closes the sandbox engine, if any, and joins its error to err.
+func (n *node) close(ctx context.Context, err error) error {
 	if n.engine != nil {
 		err = errors.Join(err, n.engine.Close(ctx))
 	}
@@ -182,7 +191,7 @@ func devSnapshotKey(dataDir string) (string, error) {
 // serve starts n and runs it until ctx ends, then stops it gracefully.
 func serve(ctx context.Context, g *globals, n *node, f *workerFlags) error {
 	if err := n.start(ctx); err != nil {
-		return err
+		return n.close(context.WithoutCancel(ctx), err)
 	}
 	<-ctx.Done()
 	g.log.Info("stopping worker")
@@ -251,6 +260,7 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 				}
 			}
 			devApproverSeed(f, dataDir)
+			f.builtins = true // the self-check runs noop
 			n, err := newNode(ctx, g, nc, f)
 			if err != nil {
 				return err

@@ -1,0 +1,158 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/contracts"
+)
+
+// deadLetter stores the job in the DLQ, then publishes its failed event, then
+// removes it from the queue.
+func (w *Worker) deadLetter(log *slog.Logger, msg jetstream.Msg, t *tool, job *contracts.Job, attempts int, lastSeq uint64, werr *contracts.Error) {
+	werr = &contracts.Error{Code: werr.Code, Message: werr.Message, Details: werr.Details}
+	if err := w.retry(msg, func(ctx context.Context) error { return w.publishDLQ(ctx, t.name, msg.Data(), job, attempts, werr) }); err != nil {
+		log.Error("dead letter not stored; handing the job back", slog.Any("err", err))
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	log.Warn("job exhausted its attempts; moved to the DLQ", slog.Int("attempts", attempts), slog.String("error", werr.Message))
+	w.finish(log, msg, job, attempts, lastSeq, contracts.StatusFailed, nil, werr)
+}
+
+func (w *Worker) publishDLQ(ctx context.Context, toolName string, raw []byte, job *contracts.Job, attempts int, werr *contracts.Error) error {
+	dl := contracts.DeadLetter{
+		Job: json.RawMessage(raw), Tool: toolName, Attempts: attempts,
+		Error: werr, Worker: w.cfg.Name, Time: time.Now().UTC(),
+	}
+	if !json.Valid(raw) {
+		dl.Job = nil
+		b, _ := json.Marshal(string(raw))
+		dl.Job = b
+	}
+	msgID := ""
+	if job != nil {
+		dl.JobID, dl.Session = job.ID, job.Session
+		msgID = job.ID + "/dlq"
+	}
+	data, err := json.Marshal(dl)
+	if err != nil {
+		return err
+	}
+	var opts []jetstream.PublishOpt
+	if msgID != "" {
+		opts = append(opts, jetstream.WithMsgID(msgID))
+	}
+	_, err = w.js.Publish(ctx, w.cfg.Subjects.DLQ(toolName), data, opts...)
+	return err
+}
+
+// reject handles a job message that cannot be run: a failed event with
+// invalid_input when the message names a valid job and session, the DLQ when
+// it does not (there is nobody to tell); never redelivered.
+func (w *Worker) reject(t *tool, msg jetstream.Msg, attempt int, cause error) {
+	werr := contracts.AsError(cause)
+	var head struct {
+		ID      string `json:"id"`
+		Session string `json:"session"`
+	}
+	_ = json.Unmarshal(msg.Data(), &head)
+	log := w.log.With(slog.String("tool", t.name))
+	if contracts.ValidID(head.ID) && contracts.ValidID(head.Session) {
+		job := &contracts.Job{ID: head.ID, Session: head.Session, Tool: t.name}
+		log.Info("malformed job refused", slog.String("job", head.ID), slog.String("error", werr.Message))
+		w.finish(log, msg, job, attempt, 0, contracts.StatusFailed, nil, werr)
+		return
+	}
+	log.Warn("unreadable job moved to the DLQ", slog.String("error", werr.Message))
+	if err := w.retry(msg, func(ctx context.Context) error { return w.publishDLQ(ctx, t.name, msg.Data(), nil, attempt, werr) }); err != nil {
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	_ = msg.TermWithReason(string(contracts.CodeInvalidInput))
+}
+
+// maxDeliveriesAdvisory is the part of JetStream's MAX_DELIVERIES advisory we use.
+type maxDeliveriesAdvisory struct {
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+// onMaxDeliveries is the safety net for a job whose worker died during its
+// last attempt: JetStream will not deliver it again, and in a work-queue
+// stream it would stay forever. Every worker hears the advisory; the DLQ
+// write and the event are deduplicated, and only one delete succeeds.
+func (w *Worker) onMaxDeliveries(m *nats.Msg) {
+	var adv maxDeliveriesAdvisory
+	if err := json.Unmarshal(m.Data, &adv); err != nil || adv.StreamSeq == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopping {
+		return
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		w.reapExhausted(adv)
+	}()
+}
+
+func (w *Worker) reapExhausted(adv maxDeliveriesAdvisory) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	raw, err := w.jobs.GetMsg(ctx, adv.StreamSeq)
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			w.log.Warn("max deliveries: job unreadable", slog.Uint64("seq", adv.StreamSeq), slog.Any("err", err))
+		}
+		return
+	}
+	toolName := w.cfg.Subjects.ToolOf(raw.Subject)
+	if toolName == "" {
+		return // not a job of ours (e.g. a schedule)
+	}
+	werr := contracts.Errorf(contracts.CodeInternalError,
+		"attempts exhausted: the worker running attempt %d stopped without an answer", adv.Deliveries)
+	job, derr := contracts.DecodeJob(raw.Data)
+	if derr != nil {
+		job = nil
+	}
+	if err := w.publishDLQ(ctx, toolName, raw.Data, job, int(adv.Deliveries), werr); err != nil { //nolint:gosec // G115: at most the consumer's MaxDeliver, an int
+		w.log.Warn("max deliveries: DLQ write failed", slog.Any("err", err))
+		return
+	}
+	if job != nil {
+		ev, seq, err := w.events.Last(ctx, job.Session, job.ID)
+		if err == nil && (ev == nil || !ev.Data.Status.Terminal()) {
+			fe := contracts.NewEvent(w.source, job, contracts.StatusFailed, 1, time.Now())
+			fe.Data.Attempt = int(adv.Deliveries) //nolint:gosec // G115: at most the consumer's MaxDeliver, an int
+			fe.Data.Error = werr
+			if _, err := w.events.Publish(ctx, fe, seq, ""); err != nil {
+				w.log.Debug("max deliveries: failed event", slog.Any("err", err))
+			} else {
+				ev = fe
+			}
+		}
+		if ev != nil && ev.Data.Status.Terminal() {
+			if err := w.notifyParent(ctx, job, ev); err != nil {
+				w.log.Warn("max deliveries: parent run not told", slog.Any("err", err))
+				return
+			}
+		}
+	}
+	if err := w.jobs.DeleteMsg(ctx, adv.StreamSeq); err != nil {
+		w.log.Debug("max deliveries: delete", slog.Any("err", err))
+	}
+	w.log.Warn("job exhausted its attempts after a lost worker; moved to the DLQ",
+		slog.String("tool", toolName), slog.Uint64("seq", adv.StreamSeq))
+}

@@ -1,0 +1,221 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
+)
+
+// Causes of a running job's context ending early.
+var (
+	errJobCancelled = errors.New("job cancelled")
+	errShutdown     = errors.New("worker shutting down")
+)
+
+// process runs one delivery of a job from start to ack.
+func (w *Worker) process(t *tool, msg jetstream.Msg) {
+	md, err := msg.Metadata()
+	if err != nil {
+		w.log.Error("job without metadata", slog.Any("err", err))
+		_ = msg.Term()
+		return
+	}
+	attempt := int(md.NumDelivered) //nolint:gosec // G115: at most the consumer's MaxDeliver, an int
+	job, err := contracts.DecodeJob(msg.Data())
+	if err == nil && job.Tool != t.name {
+		err = contracts.Errorf(contracts.CodeInvalidInput, "job tool %q does not match subject tool %q", job.Tool, t.name)
+	}
+	if err != nil {
+		w.reject(t, msg, attempt, err)
+		return
+	}
+	log := w.log.With(slog.String("job", job.ID), slog.String("tool", t.name), slog.Int("attempt", attempt))
+
+	// The first delivery runs without a lookup; only a redelivery asks the
+	// result store whether the job already ended.
+	var lastSeq uint64
+	if attempt > 1 {
+		var (
+			ev  *contracts.Event
+			seq uint64
+		)
+		err := w.retry(msg, func(ctx context.Context) error {
+			var err error
+			ev, seq, err = w.events.Last(ctx, job.Session, job.ID)
+			return err
+		})
+		if err != nil && ev == nil && seq == 0 {
+			log.Warn("redelivered job: result store unreadable; retrying later", slog.Any("err", err))
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+		if ev != nil && ev.Data.Status.Terminal() {
+			log.Debug("redelivered job already ended; answering from its event", slog.String("status", string(ev.Data.Status)))
+			w.ackEnded(log, msg, job, ev)
+			return
+		}
+		lastSeq = seq
+	}
+	if w.isCancelled(job.ID) {
+		w.finish(log, msg, job, attempt, lastSeq, contracts.StatusCancelled, nil, contracts.Errorf(contracts.CodeCancelled, "job was cancelled before it started"))
+		return
+	}
+	maxAttempts := t.cfg.Retry.MaxAttempts
+	if job.MaxAttempts > 0 && job.MaxAttempts < maxAttempts {
+		maxAttempts = job.MaxAttempts
+	}
+	if attempt > maxAttempts {
+		w.deadLetter(log, msg, t, job, attempt-1, lastSeq,
+			contracts.Errorf(contracts.CodeInternalError, "attempts exhausted: the worker running attempt %d stopped without an answer", attempt-1))
+		return
+	}
+
+	ctx, cancel := context.WithCancelCause(w.runCtx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, job.Timeout(t.cfg.Timeout))
+	defer cancelTimeout()
+	if tp := msg.Headers().Get(bus.HeaderTraceParent); tp != "" {
+		ctx = withTraceParent(ctx, tp)
+	}
+	w.mu.Lock()
+	w.inflight[job.ID] = &inflight{msg: msg, cancel: cancel, started: time.Now(), ackWait: t.cfg.AckWait}
+	cancelled := w.cancelledLocked(job.ID)
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.inflight, job.ID)
+		w.mu.Unlock()
+		cancel(nil)
+	}()
+	if cancelled {
+		cancel(errJobCancelled)
+	}
+
+	if job.Progress {
+		ev := contracts.NewEvent(w.source, job, contracts.StatusRunning, attempt, time.Now())
+		ev.Data.Attempt = attempt
+		seq, err := w.events.Publish(ctx, ev, lastSeq, traceParent(ctx))
+		switch {
+		case errors.Is(err, bus.ErrConflict):
+			if w.endedElsewhere(log, msg, job) {
+				return
+			}
+		case err != nil:
+			log.Warn("running event not published", slog.Any("err", err))
+		default:
+			lastSeq = seq
+		}
+	}
+
+	result, herr := w.call(ctx, t, job)
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, errShutdown):
+		log.Info("job interrupted by shutdown; handing it back")
+		_ = msg.Nak()
+		return
+	case errors.Is(cause, errJobCancelled):
+		w.finish(log, msg, job, attempt, lastSeq, contracts.StatusCancelled, nil, contracts.Errorf(contracts.CodeCancelled, "job was cancelled while running"))
+		return
+	}
+	var park *ParkError
+	if errors.As(herr, &park) {
+		if herr = invalidPark(park, result); herr == nil {
+			w.park(log, msg, job, attempt, lastSeq, park, result)
+			return
+		}
+	}
+	var denied *DeniedError
+	if errors.As(herr, &denied) {
+		if !json.Valid(result) {
+			result = nil
+		}
+		log.Info("job denied", slog.String("reason", denied.Reason))
+		w.finish(log, msg, job, attempt, lastSeq, contracts.StatusDenied, result, contracts.Errorf(contracts.CodeDenied, "%s", denied.Reason))
+		return
+	}
+	if herr == nil {
+		if len(result) == 0 {
+			result = json.RawMessage("null")
+		}
+		switch {
+		case len(result) > w.cfg.MaxResultBytes:
+			herr = contracts.Errorf(contracts.CodeOutputLimitExceeded, "result of %d bytes exceeds the limit of %d", len(result), w.cfg.MaxResultBytes)
+		case !json.Valid(result):
+			herr = contracts.Errorf(contracts.CodeInternalError, "handler returned a result that is not valid JSON")
+		default:
+			w.finish(log, msg, job, attempt, lastSeq, contracts.StatusCompleted, result, nil)
+			return
+		}
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && !errors.Is(herr, contracts.ErrTimeout) {
+		herr = &contracts.Error{Code: contracts.CodeTimeout, Message: fmt.Sprintf("attempt exceeded its timeout of %s", job.Timeout(t.cfg.Timeout)), Retryable: true}
+	}
+	werr, retry, delay := classify(herr)
+	if delay == 0 {
+		delay = t.cfg.Retry.Delay(attempt)
+	}
+	switch {
+	case !retry:
+		log.Info("job failed permanently", slog.String("code", string(werr.Code)), slog.String("error", werr.Message))
+		w.finish(log, msg, job, attempt, lastSeq, contracts.StatusFailed, nil, werr)
+	case attempt >= maxAttempts:
+		w.deadLetter(log, msg, t, job, attempt, lastSeq, werr)
+	default:
+		log.Info("job failed; retrying", slog.Duration("delay", delay), slog.String("error", werr.Message))
+		_ = msg.NakWithDelay(delay)
+	}
+}
+
+// invalidPark checks what a handler parked the job with. A park that
+// cannot be published is the handler's bug: trying again would park it the
+// same way, so it fails the job at once.
+func invalidPark(park *ParkError, result json.RawMessage) error {
+	switch {
+	case !park.Status.Parked():
+		return Permanent(contracts.Errorf(contracts.CodeInternalError,
+			"handler parked the job with status %q, which does not park a job", park.Status))
+	case !json.Valid(result):
+		return Permanent(contracts.Errorf(contracts.CodeInternalError,
+			"park result is invalid: the handler parked the job with a result that is not valid JSON"))
+	}
+	return nil
+}
+
+// call runs the handler, turning a panic into an internal_error.
+func (w *Worker) call(ctx context.Context, t *tool, job *contracts.Job) (res json.RawMessage, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.log.Error("handler panicked", slog.String("tool", t.name), slog.String("job", job.ID),
+				slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
+			res = nil
+			err = Permanent(contracts.Errorf(contracts.CodeInternalError, "handler panicked: %v", r))
+		}
+	}()
+	return t.handler.Handle(ctx, job)
+}
+
+// classify maps a handler error onto its wire form and the retry decision.
+func classify(err error) (werr *contracts.Error, retry bool, delay time.Duration) {
+	var pe *PermanentError
+	if errors.As(err, &pe) {
+		return contracts.AsError(pe.Err), false, 0
+	}
+	var ra *RetryAfterError
+	if errors.As(err, &ra) {
+		return contracts.AsError(ra.Err), true, ra.Delay
+	}
+	var ce *contracts.Error
+	if errors.As(err, &ce) {
+		return ce, ce.Retryable, 0
+	}
+	return &contracts.Error{Code: contracts.CodeInternalError, Message: err.Error(), Retryable: true}, true, 0
+}

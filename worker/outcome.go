@@ -1,0 +1,209 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
+)
+
+// finish publishes the job's terminal event and then acknowledges the
+// message (Term for failures, so it is never redelivered). If the event
+// cannot be stored the message is handed back for a later attempt.
+func (w *Worker) finish(log *slog.Logger, msg jetstream.Msg, job *contracts.Job, attempt int, lastSeq uint64,
+	status contracts.Status, result json.RawMessage, werr *contracts.Error,
+) {
+	ev := contracts.NewEvent(w.source, job, status, 1, time.Now())
+	ev.Data.Attempt = attempt
+	ev.Data.Result = result
+	ev.Data.Error = werr
+	err := w.retry(msg, func(ctx context.Context) error {
+		_, err := w.events.Publish(ctx, ev, lastSeq, traceOf(msg))
+		return err
+	})
+	if errors.Is(err, bus.ErrConflict) {
+		if w.endedElsewhere(log, msg, job) {
+			return
+		}
+		// Another delivery of the same job wrote a non-terminal event: take
+		// the subject's current tail and try once more.
+		err = w.retry(msg, func(ctx context.Context) error {
+			_, seq, err := w.events.Last(ctx, job.Session, job.ID)
+			if err != nil {
+				return err
+			}
+			_, err = w.events.Publish(ctx, ev, seq, traceOf(msg))
+			return err
+		})
+		if errors.Is(err, bus.ErrConflict) && w.endedElsewhere(log, msg, job) {
+			return
+		}
+	}
+	if err != nil {
+		log.Warn("terminal event not stored; handing the job back", slog.Any("err", err))
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	if err := w.retry(msg, func(ctx context.Context) error { return w.notifyParent(ctx, job, ev) }); err != nil {
+		log.Warn("parent run not told; handing the job back", slog.Any("err", err))
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	if status == contracts.StatusFailed {
+		_ = msg.TermWithReason(string(werr.Code))
+		return
+	}
+	_ = msg.Ack()
+}
+
+// retry runs op (a write to the bus that decides a job's outcome) until it
+// succeeds, conflicts, or PublishRetry has passed, keeping the job's message
+// alive meanwhile. A stream whose leader is being elected (a server of the
+// cluster died) answers nothing for a few seconds; without this, that gap
+// would throw away a finished job's result and cost it an attempt.
+func (w *Worker) retry(msg jetstream.Msg, op func(ctx context.Context) error) error {
+	deadline := time.Now().Add(w.cfg.PublishRetry)
+	delay := 100 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := op(ctx)
+		cancel()
+		if err == nil || errors.Is(err, bus.ErrConflict) || time.Now().After(deadline) {
+			return err
+		}
+		_ = msg.InProgress()
+		t := time.NewTimer(delay)
+		select {
+		case <-w.runCtx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// ackEnded acknowledges a job that already has its terminal event ev,
+// telling its parent run first (again: that report is deduplicated).
+func (w *Worker) ackEnded(log *slog.Logger, msg jetstream.Msg, job *contracts.Job, ev *contracts.Event) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.notifyParent(ctx, job, ev); err != nil {
+		log.Warn("parent run not told; handing the job back", slog.Any("err", err))
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	_ = msg.Ack()
+}
+
+// notifyParent reports the end of a nested call to the run that made it:
+// a job of the run's continuation tool (Job.Parent) with a ToolResult as
+// input, deduplicated by a deterministic id.
+func (w *Worker) notifyParent(ctx context.Context, job *contracts.Job, ev *contracts.Event) error {
+	if job.Parent == nil {
+		return nil
+	}
+	tr := contracts.ToolResult{
+		RunID: job.Parent.RunID, CallID: job.Parent.CallID, JobID: job.ID,
+		Status: ev.Data.Status, Result: ev.Data.Result, Error: ev.Data.Error,
+	}
+	input, err := json.Marshal(tr)
+	if err != nil {
+		return err
+	}
+	nj := contracts.Job{
+		ID: contracts.ToolResultJobID(job.ID), Tool: job.Parent.Continuation(), Session: job.Session,
+		Input: input, CreatedAt: time.Now().UTC(),
+	}
+	data, err := json.Marshal(nj)
+	if err != nil {
+		return err
+	}
+	_, err = w.js.Publish(ctx, w.cfg.Subjects.Job(nj.Tool), data, jetstream.WithMsgID(nj.ID))
+	return err
+}
+
+// park publishes a parked event and acknowledges the message: the job's
+// current step is over, the job is not.
+func (w *Worker) park(log *slog.Logger, msg jetstream.Msg, job *contracts.Job, attempt int, lastSeq uint64, park *ParkError, result json.RawMessage) {
+	ev := contracts.NewEvent(w.source, job, park.Status, park.N, time.Now())
+	ev.Data.Attempt = attempt
+	ev.Data.Result = result
+	err := w.retry(msg, func(ctx context.Context) error {
+		_, err := w.events.Publish(ctx, ev, lastSeq, traceOf(msg))
+		return err
+	})
+	if errors.Is(err, bus.ErrConflict) && w.endedElsewhere(log, msg, job) {
+		return
+	}
+	if err != nil {
+		log.Warn("parked event not stored; handing the job back", slog.Any("err", err))
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	_ = msg.Ack()
+}
+
+// Emit writes the n-th event of status for a job other than the one being
+// handled (a parked job being continued): after the job's current last
+// event, and never after a terminal one. ref needs ID, Session and Tool.
+func (w *Worker) Emit(ctx context.Context, ref *contracts.Job, status contracts.Status, n int, result json.RawMessage, werr *contracts.Error) error {
+	if w.events == nil {
+		return errors.New("worker: Emit before Start")
+	}
+	if err := contracts.ValidateID("job id", ref.ID); err != nil {
+		return err
+	}
+	if err := contracts.ValidateID("session", ref.Session); err != nil {
+		return err
+	}
+	job := *ref
+	var ev *contracts.Event
+	for range 5 {
+		last, seq, err := w.events.Last(ctx, ref.Session, ref.ID)
+		if err != nil {
+			return err
+		}
+		if last != nil && last.Data.Status.Terminal() {
+			return fmt.Errorf("%w: %s", ErrJobEnded, last.Data.Status)
+		}
+		// A parked nested call keeps its parent run: its events say so,
+		// and its end is reported to the run.
+		if job.Parent == nil && last != nil {
+			job.Parent = last.Data.Parent
+		}
+		ev = contracts.NewEvent(w.source, &job, status, max(n, 1), time.Now())
+		ev.Data.Result = result
+		ev.Data.Error = werr
+		_, err = w.events.Publish(ctx, ev, seq, traceParent(ctx))
+		if errors.Is(err, bus.ErrConflict) {
+			continue
+		}
+		if err != nil || !status.Terminal() {
+			return err
+		}
+		return w.notifyParent(ctx, &job, ev)
+	}
+	return fmt.Errorf("worker: emit %s/%s: event subject kept moving", ref.ID, status)
+}
+
+// endedElsewhere reports (and acks) when the job's event subject already ends
+// in a terminal event written by someone else (a cancel, another delivery).
+func (w *Worker) endedElsewhere(log *slog.Logger, msg jetstream.Msg, job *contracts.Job) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ev, _, err := w.events.Last(ctx, job.Session, job.ID)
+	if err != nil || ev == nil || !ev.Data.Status.Terminal() {
+		return false
+	}
+	log.Debug("job already ended elsewhere", slog.String("status", string(ev.Data.Status)))
+	w.ackEnded(log, msg, job, ev)
+	return true
+}
