@@ -28,7 +28,7 @@ func (p *Producer) Approval(ctx context.Context, id string) (json.RawMessage, er
 	}
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
-	kv, err := p.js.KeyValue(ctx, p.cfg.Subjects.Bucket("approvals"))
+	kv, err := p.js.KeyValue(ctx, p.cfg.Subjects.ApprovalsBucket())
 	if err != nil {
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
 			return nil, fmt.Errorf("%w: %s", ErrNoApproval, id)

@@ -48,7 +48,7 @@ func (p *Producer) RegisterClientTool(ctx context.Context, t contracts.CatalogTo
 	}
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
-	kv, err := p.js.KeyValue(ctx, p.cfg.Subjects.Bucket("catalog"))
+	kv, err := p.js.KeyValue(ctx, p.cfg.Subjects.CatalogBucket())
 	if err != nil {
 		return fmt.Errorf("producer: catalog: %w", err)
 	}

@@ -115,7 +115,7 @@ func (p *Producer) init(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cancels, err := p.js.KeyValue(ctx, p.cfg.Subjects.Bucket("cancels"))
+	cancels, err := p.js.KeyValue(ctx, p.cfg.Subjects.CancelsBucket())
 	if err != nil {
 		return fmt.Errorf("producer: cancels bucket: %w", err)
 	}

@@ -19,7 +19,7 @@ import (
 // queued job cancelled at any time never starts. It returns once the initial
 // keys are loaded.
 func (w *Worker) startCancelWatch(ctx context.Context) error {
-	kv, err := w.js.KeyValue(ctx, w.cfg.Subjects.Bucket("cancels"))
+	kv, err := w.js.KeyValue(ctx, w.cfg.Subjects.CancelsBucket())
 	if err != nil {
 		return fmt.Errorf("worker: cancels bucket: %w", err)
 	}

@@ -206,7 +206,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: subscribe cancels: %w", err)
 	}
 	w.subs = append(w.subs, sub)
-	adv := fmt.Sprintf("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.%s.*", w.cfg.Subjects.JobsStream())
+	adv := w.cfg.Subjects.MaxDeliveriesAdvisories()
 	if sub, err = w.nc.Subscribe(adv, w.onMaxDeliveries); err != nil {
 		w.abortStart()
 		return fmt.Errorf("worker: subscribe advisories: %w", err)
@@ -272,7 +272,7 @@ func (w *Worker) registerCatalog(ctx context.Context) error {
 		}
 		if kv == nil {
 			var err error
-			if kv, err = w.js.KeyValue(ctx, w.cfg.Subjects.Bucket("catalog")); err != nil {
+			if kv, err = w.js.KeyValue(ctx, w.cfg.Subjects.CatalogBucket()); err != nil {
 				return fmt.Errorf("worker: catalog bucket: %w", err)
 			}
 		}

@@ -100,7 +100,7 @@ func (c *CodeMode) Start(ctx context.Context) error {
 		return err
 	}
 	runs, err := bus.EnsureKV(ctx, c.js, jetstream.KeyValueConfig{
-		Bucket:         s.Bucket("runs"),
+		Bucket:         s.RunsBucket(),
 		Description:    "code-mode runs waiting on nested calls",
 		Storage:        c.cfg.Storage,
 		Replicas:       c.cfg.Replicas,
@@ -110,7 +110,7 @@ func (c *CodeMode) Start(ctx context.Context) error {
 		return err
 	}
 	obj, err := c.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket:      s.Bucket("snapshots"),
+		Bucket:      s.SnapshotsBucket(),
 		Description: "code-mode VM snapshots too large for the run record",
 		Storage:     c.cfg.Storage,
 		Replicas:    c.cfg.Replicas,
@@ -119,12 +119,12 @@ func (c *CodeMode) Start(ctx context.Context) error {
 		return fmt.Errorf("codemode: snapshot store: %w", err)
 	}
 	if obj == nil {
-		if obj, err = c.js.ObjectStore(ctx, s.Bucket("snapshots")); err != nil {
+		if obj, err = c.js.ObjectStore(ctx, s.SnapshotsBucket()); err != nil {
 			return fmt.Errorf("codemode: snapshot store: %w", err)
 		}
 	}
-	c.store = &store{js: c.js, kv: runs, obj: obj, subj: "$KV." + s.Bucket("runs") + ".", limit: c.cfg.InlineSnapshotBytes}
-	catKV, err := c.js.KeyValue(ctx, s.Bucket("catalog"))
+	c.store = &store{js: c.js, kv: runs, obj: obj, subj: contracts.KVSubject(s.RunsBucket(), ""), limit: c.cfg.InlineSnapshotBytes}
+	catKV, err := c.js.KeyValue(ctx, s.CatalogBucket())
 	if err != nil {
 		return fmt.Errorf("codemode: catalog: %w", err)
 	}
@@ -254,7 +254,7 @@ type RunInfo struct {
 // ListRuns lists the runs in the runs bucket, of one session or of all
 // (session ""), read straight from NATS: no worker needs to be running.
 func ListRuns(ctx context.Context, js jetstream.JetStream, subjects contracts.Subjects, session string) ([]RunInfo, error) {
-	kv, err := js.KeyValue(ctx, subjects.Bucket("runs"))
+	kv, err := js.KeyValue(ctx, subjects.RunsBucket())
 	if err != nil {
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
 			return nil, nil

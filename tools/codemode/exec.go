@@ -247,11 +247,12 @@ func (c *CodeMode) remaining(rec *record) time.Duration {
 
 // checkSuspendedCap refuses a suspension when the session has too many runs.
 func (c *CodeMode) checkSuspendedCap(ctx context.Context, session string) error {
-	st, err := c.js.Stream(ctx, "KV_"+c.cfg.Subjects.Bucket("runs"))
+	runs := c.cfg.Subjects.RunsBucket()
+	st, err := c.js.Stream(ctx, contracts.KVStream(runs))
 	if err != nil {
 		return err
 	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(c.store.subj+session+".*"))
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(contracts.KVSubject(runs, session+".*")))
 	if err != nil {
 		return err
 	}

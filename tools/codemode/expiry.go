@@ -16,7 +16,7 @@ import (
 // its snapshot is deleted. One durable consumer is shared by every worker.
 func (c *CodeMode) startExpiry(ctx, lctx context.Context) error {
 	return bus.FollowExpiries(ctx, lctx, c.js, bus.ExpiryConfig{
-		Bucket: c.cfg.Subjects.Bucket("runs"), Durable: "codemode_expiry", Logger: c.log,
+		Bucket: c.cfg.Subjects.RunsBucket(), Durable: "codemode_expiry", Logger: c.log,
 		Expired: func(ctx context.Context, key string) error {
 			session, runID, ok := sessionAndRun(key)
 			if !ok {
@@ -43,7 +43,7 @@ func (c *CodeMode) expire(ctx context.Context, session, runID string) error {
 // startCancelWatch follows the cancels bucket: a cancelled exec job's run
 // is removed with its snapshot and its pending nested jobs are cancelled.
 func (c *CodeMode) startCancelWatch(ctx, lctx context.Context) error {
-	kv, err := c.js.KeyValue(ctx, c.cfg.Subjects.Bucket("cancels"))
+	kv, err := c.js.KeyValue(ctx, c.cfg.Subjects.CancelsBucket())
 	if err != nil {
 		return fmt.Errorf("codemode: cancels bucket: %w", err)
 	}

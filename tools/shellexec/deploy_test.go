@@ -108,7 +108,7 @@ func TestDeployPermissions(t *testing.T) {
 	require.NoError(t, err)
 	short2, cancel2 := context.WithTimeout(ctx, time.Second)
 	defer cancel2()
-	_, err = ajs.Publish(short2, "$KV.toolq_approvals."+job.ID, []byte(`{}`))
+	_, err = ajs.Publish(short2, contracts.KVSubject(contracts.Subjects{}.ApprovalsBucket(), job.ID), []byte(`{}`))
 	require.Error(t, err)
 
 	dj, _, err := shellexec.Decide(ctx, approver, job.ID, shell.Approve, seed, &shellexec.DecideOpts{Submit: &producer.SubmitOpts{Progress: true}})
