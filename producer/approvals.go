@@ -11,9 +11,6 @@ import (
 	"github.com/toolq/toolq/contracts"
 )
 
-// ToolExecDecide is the tool of approval decisions on exec commands.
-const ToolExecDecide = "exec.decide"
-
 // ErrNoApproval is returned by Approval for an approval that does not exist
 // (never made, or expired).
 var ErrNoApproval = errors.New("producer: no such approval")
@@ -62,5 +59,5 @@ func (p *Producer) Decide(ctx context.Context, decision json.RawMessage, opts *S
 	if err != nil {
 		return nil, err
 	}
-	return p.Submit(ctx, ToolExecDecide, input, opts)
+	return p.Submit(ctx, contracts.ToolExecDecide, input, opts)
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // ToolName is the tool this package implements.
-const ToolName = "code_execution"
+const ToolName = contracts.ToolCodeExecution
 
 // Input limits.
 const (
