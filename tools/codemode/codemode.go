@@ -169,31 +169,13 @@ func (c *CodeMode) Stop(ctx context.Context) error {
 
 // ExecInput is the input of a code_mode.exec job: the code-mode contract's exec input and
 // the bus's options.
-type ExecInput struct {
-	Code     string `json:"code,omitempty"`
-	Command  string `json:"command,omitempty"`
-	Language string `json:"language,omitempty"`
-	// Tools narrows the run's catalog to these ids.
-	Tools []string `json:"tools,omitempty"`
-	// Limits override the worker's defaults, up to its maximums.
-	Limits *Limits `json:"limits,omitempty"`
-	// RestartSafe refuses side-effecting tools.
-	RestartSafe bool `json:"restartSafe,omitempty"`
-	// AutoResume resumes the run as soon as its nested calls are back,
-	// without a code_mode.wait.
-	AutoResume bool `json:"autoResume,omitempty"`
-}
+type ExecInput = contracts.CodeModeExecInput
 
 // Limits are a run's limits as a job gives them.
-type Limits struct {
-	sandbox.Limits
-	SnapshotTTLSeconds int64 `json:"snapshotTtlSeconds,omitempty"`
-}
+type Limits = contracts.CodeModeExecLimits
 
 // WaitInput is the input of a code_mode.wait job.
-type WaitInput struct {
-	RunID string `json:"runId"`
-}
+type WaitInput = contracts.CodeModeWaitInput
 
 // Messages of the code-mode contract for waits that cannot proceed.
 const (

@@ -53,7 +53,7 @@ func decodeExecInput(raw json.RawMessage) (*ExecInput, error) {
 		return nil, contracts.Errorf(contracts.CodeInvalidInput, "code_mode.exec input: %v", err)
 	}
 	for _, id := range in.Tools {
-		if id == "" || len(id) > 400 {
+		if id == "" || len(id) > contracts.MaxCatalogIDBytes {
 			return nil, contracts.Errorf(contracts.CodeInvalidInput, "tools: ids must be non-empty catalog ids")
 		}
 	}
@@ -83,7 +83,7 @@ func (c *CodeMode) handleExec(ctx context.Context, job *contracts.Job) (json.Raw
 	}
 	var jl *sandbox.Limits
 	if in.Limits != nil {
-		jl = &in.Limits.Limits
+		jl = &in.Limits.CodeModeLimits
 	}
 	limits, err := c.cfg.effectiveLimits(jl)
 	if err != nil {
