@@ -32,6 +32,20 @@ type CodeModeExecInput struct {
 	AutoResume bool `json:"autoResume,omitempty"`
 }
 
+// MarshalJSON writes an explicit empty Tools list as "tools": [] (a run
+// that may call no tool), which omitempty alone would drop (a run that may
+// call every tool the worker allows).
+func (in CodeModeExecInput) MarshalJSON() ([]byte, error) {
+	type plain CodeModeExecInput
+	if in.Tools == nil || len(in.Tools) > 0 {
+		return json.Marshal(plain(in))
+	}
+	return json.Marshal(struct {
+		plain
+		Tools []string `json:"tools"`
+	}{plain(in), []string{}})
+}
+
 // MaxCatalogIDBytes bounds a catalog id in CodeModeExecInput.Tools.
 const MaxCatalogIDBytes = 400
 
@@ -166,6 +180,20 @@ func (r CodeModeResult) MarshalJSON() ([]byte, error) {
 		r.Value = json.RawMessage("null")
 	}
 	return json.Marshal(plain(r))
+}
+
+// Err returns nil unless the run failed, and then the failure as an *Error
+// with the result's code (internal_error when it has none) and message, so
+// errors.Is(r.Err(), ErrTimeout) works.
+func (r *CodeModeResult) Err() error {
+	if r.Status != CodeModeFailed {
+		return nil
+	}
+	code := r.Code
+	if code == "" {
+		code = CodeInternalError
+	}
+	return &Error{Code: code, Message: r.Error}
 }
 
 // CodeModeOutput is one item of a run's output: {type:"text", text} or

@@ -10,6 +10,16 @@ import (
 	"github.com/toolq/toolq/contracts"
 )
 
+func TestCodeModeResultErr(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, (&contracts.CodeModeResult{Status: contracts.CodeModeCompleted}).Err())
+	require.NoError(t, (&contracts.CodeModeResult{Status: contracts.CodeModeWaiting}).Err())
+	err := (&contracts.CodeModeResult{Status: contracts.CodeModeFailed, Code: contracts.CodeTimeout, Error: "slow"}).Err()
+	require.ErrorIs(t, err, contracts.ErrTimeout)
+	require.EqualError(t, err, "timeout: slow")
+	require.ErrorIs(t, (&contracts.CodeModeResult{Status: contracts.CodeModeFailed}).Err(), contracts.ErrInternal)
+}
+
 func TestCodeModeExecInputValidate(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -97,6 +107,19 @@ func TestCodeModeWireNames(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &back))
 	require.Equal(t, contracts.CodeModeCompleted, back.Status)
 	require.JSONEq(t, `null`, string(back.Value))
+
+	// An explicit empty tool list survives encoding: it allows no tool,
+	// while a nil one allows every tool the worker allows.
+	b, err = json.Marshal(contracts.CodeModeExecInput{Code: "1", Tools: []string{}})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"code":"1","tools":[]}`, string(b))
+	var none contracts.CodeModeExecInput
+	require.NoError(t, json.Unmarshal(b, &none))
+	require.NotNil(t, none.Tools)
+	require.Empty(t, none.Tools)
+	b, err = json.Marshal(&contracts.CodeModeExecInput{Code: "1"})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"code":"1"}`, string(b))
 
 	b, err = json.Marshal(contracts.CodeModeWaitInput{RunID: "r1"})
 	require.NoError(t, err)

@@ -35,14 +35,6 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Errors.
-var (
-	// ErrFinished is returned by Cancel for a job that already ended.
-	ErrFinished = errors.New("producer: job already ended")
-	// ErrClosed is returned after Close.
-	ErrClosed = errors.New("producer: closed")
-)
-
 // Producer submits jobs and follows their events. It is safe for concurrent
 // use. One ordered consumer per session followed serves every Await of that
 // session.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
@@ -21,6 +22,7 @@ var quiet = slog.New(slog.DiscardHandler)
 
 type bundle struct {
 	nc     *nats.Conn
+	js     jetstream.JetStream
 	prod   *producer.Producer
 	events *bus.Events
 }
@@ -41,7 +43,7 @@ func setup(t *testing.T) *bundle {
 	p, err := producer.New(nc, &producer.Config{Session: "p", Logger: quiet})
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
-	return &bundle{nc: nc, prod: p, events: ev}
+	return &bundle{nc: nc, js: js, prod: p, events: ev}
 }
 
 func (b *bundle) emit(t *testing.T, job *contracts.Job, status contracts.Status, expect uint64) uint64 {

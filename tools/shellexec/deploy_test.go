@@ -96,7 +96,8 @@ func TestDeployPermissions(t *testing.T) {
 	require.Error(t, err)
 	short, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	_, err = agent.Decide(short, json.RawMessage(`{}`), nil)
+	forged := &contracts.ExecDecision{ApprovalID: job.ID, Verdict: contracts.ExecApprove, Approver: pub, Signature: "forged"}
+	_, err = agent.Decide(short, forged, nil)
 	require.Error(t, err, "agents must not publish decisions")
 
 	anc := connect(nats.Nkey(pub, func(nonce []byte) ([]byte, error) { return kp.Sign(nonce) }))
