@@ -167,3 +167,39 @@ func TestSubmitValidates(t *testing.T) {
 	_, err = producer.New(b.nc, &producer.Config{Session: "no spaces allowed"})
 	require.Error(t, err)
 }
+
+func TestAwaitDefaultTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// Without a deadline, AwaitTimeout bounds the wait for a job that
+	// never ends.
+	p, err := producer.New(b.nc, &producer.Config{Session: "p", AwaitTimeout: 300 * time.Millisecond, Logger: quiet})
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Await(context.Background(), "p", "never", nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-testutil.Context(t, 10*time.Second).Done():
+		t.Fatal("Await without a deadline did not end")
+	}
+
+	// A context with a deadline is used as it is: an AwaitTimeout that
+	// would expire at once does not apply.
+	brief, err := producer.New(b.nc, &producer.Config{Session: "p", AwaitTimeout: time.Nanosecond, Logger: quiet})
+	require.NoError(t, err)
+	t.Cleanup(brief.Close)
+	b.emit(t, &contracts.Job{ID: "j-done", Session: "p", Tool: "noop"}, contracts.StatusCompleted, 0)
+	ev, err := brief.Await(testutil.Context(t, 10*time.Second), "p", "j-done", nil)
+	require.NoError(t, err)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
+	_, err = brief.Await(context.Background(), "p", "j-done", nil)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "without a deadline it does")
+
+	_, err = producer.New(b.nc, &producer.Config{AwaitTimeout: -time.Second})
+	require.Error(t, err)
+}
