@@ -19,7 +19,9 @@
 // matches [A-Za-z0-9_-]{1,128}; see [ValidID] and [ValidateID]. A tool name is
 // one or more such tokens joined by dots, at most 128 bytes ([ValidTool]).
 // [Subjects] builds every subject, stream, bucket and consumer name from a
-// configurable prefix ([DefaultPrefix] "toolq"). A worker never publishes to
+// configurable prefix ([DefaultPrefix] "toolq"), one method per name
+// ([Subjects.RunsBucket], [Subjects.ApprovalsBucket], …); [KVStream] and
+// [KVSubject] name what JetStream keeps behind a bucket. A worker never publishes to
 // a subject taken from a payload: the event subject is derived from the
 // validated session and job id.
 //
@@ -39,6 +41,18 @@
 // one from a job; [DecodeEvent] parses and validates one read from the bus.
 // [Status.Terminal] tells whether a status ends a job and [Status.Parked]
 // whether it waits on something outside the worker.
+//
+// # Tools
+//
+// Each tool's input and result are here too, so that a requester reads them
+// without importing the engine that produces them. Code mode:
+// [CodeModeExecInput] and [CodeModeWaitInput] in, [CodeModeResult] out (a
+// failed run's result is its error's Details). Exec: [ExecInput] in,
+// [ExecResult] or [ExecBackgroundResult] out, [ExecPendingResult] on the
+// approval_pending event, [ExecApprovalRecord] in the approvals bucket, and
+// a signed [ExecDecision] in an exec.decide job ([ExecDecideInput]).
+// code_execution: [CodeExecutionInput] in, [CodeExecutionDetails] out.
+// Tool names are constants ([ToolExec], [ToolCodeModeExec], …).
 //
 // # Errors
 //

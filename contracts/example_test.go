@@ -13,7 +13,7 @@ func ExampleSubjects() {
 	s := contracts.Subjects{} // the zero value uses the "toolq" prefix
 	fmt.Println(s.Job("code_mode.exec"))
 	fmt.Println(s.Event("sess-1", "job-1"))
-	fmt.Println(s.JobsStream(), s.Bucket("runs"))
+	fmt.Println(s.JobsStream(), s.RunsBucket())
 	fmt.Println(s.ConsumerName("code_mode.exec"))
 	fmt.Println(s.ToolOf("toolq.jobs.code_mode.exec"))
 

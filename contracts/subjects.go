@@ -29,9 +29,51 @@ func (s Subjects) EventsStream() string { return strings.ToUpper(s.p()) + "_EVEN
 // DLQStream is the stream of jobs that exhausted their attempts.
 func (s Subjects) DLQStream() string { return strings.ToUpper(s.p()) + "_DLQ" }
 
-// Bucket returns the name of a KV bucket or object store, e.g. Bucket("runs")
-// is "toolq_runs".
-func (s Subjects) Bucket(name string) string { return strings.ToLower(s.p()) + "_" + name }
+// bucket returns the name of a KV bucket or object store: bucket("runs") is
+// "toolq_runs". Callers use the named methods below, so every bucket name
+// is spelled once.
+func (s Subjects) bucket(name string) string { return strings.ToLower(s.p()) + "_" + name }
+
+// RunsBucket is the KV bucket of code-mode run records (<prefix>_runs).
+func (s Subjects) RunsBucket() string { return s.bucket("runs") }
+
+// SnapshotsBucket is the object store of code-mode VM snapshots too large
+// for their run record (<prefix>_snapshots).
+func (s Subjects) SnapshotsBucket() string { return s.bucket("snapshots") }
+
+// CatalogBucket is the KV bucket of the tools code-mode runs can see
+// (<prefix>_catalog), keyed by CatalogKey.
+func (s Subjects) CatalogBucket() string { return s.bucket("catalog") }
+
+// CancelsBucket is the KV bucket of cancelled job ids (<prefix>_cancels).
+func (s Subjects) CancelsBucket() string { return s.bucket("cancels") }
+
+// ApprovalsBucket is the KV bucket of exec approvals (<prefix>_approvals),
+// holding an ExecApprovalRecord under each approval id.
+func (s Subjects) ApprovalsBucket() string { return s.bucket("approvals") }
+
+// ExecPolicyBucket is the KV bucket of the shared exec policy
+// (<prefix>_exec_policy).
+func (s Subjects) ExecPolicyBucket() string { return s.bucket("exec_policy") }
+
+// SchedulesBucket is the KV bucket of schedule definitions
+// (<prefix>_schedules).
+func (s Subjects) SchedulesBucket() string { return s.bucket("schedules") }
+
+// KVStream is the stream behind KV bucket: "KV_<bucket>". A bucket name
+// already carries the prefix, so this and KVSubject need none.
+func KVStream(bucket string) string { return "KV_" + bucket }
+
+// KVSubject is the subject of key in KV bucket: "$KV.<bucket>.<key>". key
+// may be a wildcard ("s1.*", ">"); an empty key gives the prefix every key's
+// subject starts with.
+func KVSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
+
+// MaxDeliveriesAdvisories is the wildcard of JetStream's advisories for a
+// message of the jobs stream that reached its consumer's MaxDeliver.
+func (s Subjects) MaxDeliveriesAdvisories() string {
+	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + s.JobsStream() + ".*"
+}
 
 // Job is the subject a job for tool is published on: <prefix>.jobs.<tool>.
 func (s Subjects) Job(tool string) string { return s.p() + ".jobs." + tool }

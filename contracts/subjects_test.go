@@ -20,6 +20,13 @@ func TestSubjects(t *testing.T) {
 			"events stream":  "TOOLQ_EVENTS",
 			"dlq stream":     "TOOLQ_DLQ",
 			"runs bucket":    "toolq_runs",
+			"snapshots":      "toolq_snapshots",
+			"catalog":        "toolq_catalog",
+			"cancels bucket": "toolq_cancels",
+			"approvals":      "toolq_approvals",
+			"exec policy":    "toolq_exec_policy",
+			"schedules kv":   "toolq_schedules",
+			"advisories":     "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.TOOLQ_JOBS.*",
 			"job":            "toolq.jobs.code_mode.exec",
 			"jobs":           "toolq.jobs.>",
 			"schedules":      "toolq.schedules.>",
@@ -42,6 +49,13 @@ func TestSubjects(t *testing.T) {
 			"events stream":  "ACME-Q_EVENTS",
 			"dlq stream":     "ACME-Q_DLQ",
 			"runs bucket":    "acme-q_runs",
+			"snapshots":      "acme-q_snapshots",
+			"catalog":        "acme-q_catalog",
+			"cancels bucket": "acme-q_cancels",
+			"approvals":      "acme-q_approvals",
+			"exec policy":    "acme-q_exec_policy",
+			"schedules kv":   "acme-q_schedules",
+			"advisories":     "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.ACME-Q_JOBS.*",
 			"job":            "Acme-q.jobs.code_mode.exec",
 			"jobs":           "Acme-q.jobs.>",
 			"schedules":      "Acme-q.schedules.>",
@@ -61,7 +75,14 @@ func TestSubjects(t *testing.T) {
 				"jobs stream":    tc.s.JobsStream(),
 				"events stream":  tc.s.EventsStream(),
 				"dlq stream":     tc.s.DLQStream(),
-				"runs bucket":    tc.s.Bucket("runs"),
+				"runs bucket":    tc.s.RunsBucket(),
+				"snapshots":      tc.s.SnapshotsBucket(),
+				"catalog":        tc.s.CatalogBucket(),
+				"cancels bucket": tc.s.CancelsBucket(),
+				"approvals":      tc.s.ApprovalsBucket(),
+				"exec policy":    tc.s.ExecPolicyBucket(),
+				"schedules kv":   tc.s.SchedulesBucket(),
+				"advisories":     tc.s.MaxDeliveriesAdvisories(),
 				"job":            tc.s.Job("code_mode.exec"),
 				"jobs":           tc.s.Jobs(),
 				"schedules":      tc.s.Schedules(),
@@ -79,6 +100,15 @@ func TestSubjects(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestKVNames(t *testing.T) {
+	t.Parallel()
+	runs := contracts.Subjects{Prefix: "acme"}.RunsBucket()
+	require.Equal(t, "KV_acme_runs", contracts.KVStream(runs))
+	require.Equal(t, "$KV.acme_runs.s1.r1", contracts.KVSubject(runs, "s1.r1"))
+	require.Equal(t, "$KV.acme_runs.s1.*", contracts.KVSubject(runs, "s1.*"))
+	require.Equal(t, "$KV.acme_runs.", contracts.KVSubject(runs, ""))
 }
 
 func TestSubjectsToolOf(t *testing.T) {

@@ -11,24 +11,40 @@ import (
 	"github.com/toolq/toolq/contracts"
 )
 
-// ToolExecDecide is the tool of approval decisions on exec commands.
-const ToolExecDecide = "exec.decide"
-
-// ErrNoApproval is returned by Approval for an approval that does not exist
-// (never made, or expired).
-var ErrNoApproval = errors.New("producer: no such approval")
+// SubmitExec enqueues an exec job: a shell command run under the worker's
+// policy. The input's shape is checked first (invalid_input); the policy
+// is the worker's. Await the job with AwaitOpts.Parked to see an
+// approval_pending event (its ExecPendingResult names the approval) and
+// read its end with ExecResult.
+func (p *Producer) SubmitExec(ctx context.Context, in *contracts.ExecInput, opts *SubmitOpts) (*contracts.Job, error) {
+	if in == nil {
+		return nil, contracts.Errorf(contracts.CodeInvalidInput, "exec needs an input")
+	}
+	if err := in.Validate(); err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(in)
+	if err != nil {
+		return nil, contracts.Errorf(contracts.CodeInvalidInput, "exec input cannot be encoded: %v", err)
+	}
+	if len(data) > contracts.ExecMaxInputBytes {
+		return nil, contracts.Errorf(contracts.CodeInvalidInput, "input is %d bytes, more than %d", len(data), contracts.ExecMaxInputBytes)
+	}
+	return p.Submit(ctx, contracts.ToolExec, data, opts)
+}
 
 // Approval returns the record of approval id from the approvals bucket, as
-// the exec worker wrote it (tools/shellexec.Record: the approval with its
-// plan and hash, and its status). An approver reads it to sign a decision
-// for exactly that plan.
-func (p *Producer) Approval(ctx context.Context, id string) (json.RawMessage, error) {
+// the exec worker wrote it: the approval with its plan and hash, and its
+// status. An approver reads it to sign a decision for exactly that plan
+// (contracts.NewExecDecision, then a signature over its SigningPayload).
+// It returns ErrNoApproval for an approval that does not exist.
+func (p *Producer) Approval(ctx context.Context, id string) (*contracts.ExecApprovalRecord, error) {
 	if err := contracts.ValidateID("approval id", id); err != nil {
 		return nil, err
 	}
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
-	kv, err := p.js.KeyValue(ctx, p.cfg.Subjects.Bucket("approvals"))
+	kv, err := p.js.KeyValue(ctx, p.cfg.Subjects.ApprovalsBucket())
 	if err != nil {
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
 			return nil, fmt.Errorf("%w: %s", ErrNoApproval, id)
@@ -42,25 +58,36 @@ func (p *Producer) Approval(ctx context.Context, id string) (json.RawMessage, er
 		}
 		return nil, fmt.Errorf("producer: approval %s: %w", id, err)
 	}
-	return json.RawMessage(e.Value()), nil
+	var rec contracts.ExecApprovalRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return nil, fmt.Errorf("producer: approval record %s: %w", id, err)
+	}
+	return &rec, nil
 }
 
-// Decide submits a signed decision on an approval — the JSON of a
-// shell.ApprovalDecision — as an exec.decide job. Await the job:
-// it completes with the decision's outcome (once an approved command has
-// run), or fails with code denied when the worker refuses the decision
-// (unsigned, unknown approver, another command, expired). With
-// opts.Progress the job also writes a progress event as soon as the
-// decision is applied.
-func (p *Producer) Decide(ctx context.Context, decision json.RawMessage, opts *SubmitOpts) (*contracts.Job, error) {
-	if !json.Valid(decision) {
-		return nil, contracts.Errorf(contracts.CodeInvalidInput, "decision is not valid JSON")
+// Decide submits a signed decision on an approval as an exec.decide job.
+// The producer does not sign: the approver signs d's SigningPayload with
+// their nkey (shell.SignDecision does it from a seed). A decision without
+// an approval id, a verdict, an approver or a signature is refused here
+// with invalid_input. Await the job: it completes with an ExecDecideResult
+// (once an approved command has run), or fails with code denied when the
+// worker refuses the decision (bad signature, unknown approver, another
+// command, expired). With opts.Progress the job also writes a progress
+// event as soon as the decision is applied.
+func (p *Producer) Decide(ctx context.Context, d *contracts.ExecDecision, opts *SubmitOpts) (*contracts.Job, error) {
+	switch {
+	case d == nil:
+		return nil, contracts.Errorf(contracts.CodeInvalidInput, "no decision")
+	case !contracts.ValidID(d.ApprovalID):
+		return nil, contracts.Errorf(contracts.CodeInvalidInput, "decision approval id %q is not a valid id", d.ApprovalID)
+	case d.Verdict != contracts.ExecApprove && d.Verdict != contracts.ExecReject:
+		return nil, contracts.Errorf(contracts.CodeInvalidInput, "decision verdict %q: want approve or deny", d.Verdict)
+	case d.Approver == "" || d.Signature == "":
+		return nil, contracts.Errorf(contracts.CodeInvalidInput, "decision is not signed")
 	}
-	input, err := json.Marshal(struct {
-		Decision json.RawMessage `json:"decision"`
-	}{decision})
+	input, err := json.Marshal(contracts.ExecDecideInput{Decision: *d})
 	if err != nil {
-		return nil, err
+		return nil, contracts.Errorf(contracts.CodeInvalidInput, "decision cannot be encoded: %v", err)
 	}
-	return p.Submit(ctx, ToolExecDecide, input, opts)
+	return p.Submit(ctx, contracts.ToolExecDecide, input, opts)
 }

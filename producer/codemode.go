@@ -11,6 +11,54 @@ import (
 	"github.com/toolq/toolq/contracts"
 )
 
+// SubmitCode enqueues a code_mode.exec job: in's code runs in a worker's
+// sandbox, calling the catalog's tools through nested jobs. The input is
+// checked first (invalid_input); the worker also caps its limits. Await the
+// job with AwaitCodeMode. Without in.AutoResume a run that suspends on
+// nested calls parks as waiting until a Wait job resumes it; with it, the
+// job's terminal event follows once the calls are back.
+func (p *Producer) SubmitCode(ctx context.Context, in *contracts.CodeModeExecInput, opts *SubmitOpts) (*contracts.Job, error) {
+	if in == nil {
+		return nil, contracts.Errorf(contracts.CodeInvalidInput, "code_mode.exec needs an input {code, language}")
+	}
+	if err := in.Validate(); err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(in)
+	if err != nil {
+		return nil, contracts.Errorf(contracts.CodeInvalidInput, "code_mode.exec input cannot be encoded: %v", err)
+	}
+	return p.Submit(ctx, contracts.ToolCodeModeExec, data, opts)
+}
+
+// Wait enqueues a code_mode.wait job for run runID (the id of its exec
+// job): once the run's pending calls are back it resumes the run and
+// completes with the run's next CodeModeResult, which may be waiting again.
+// The job must be in the run's session (opts.Session, or the producer's).
+func (p *Producer) Wait(ctx context.Context, runID string, opts *SubmitOpts) (*contracts.Job, error) {
+	if err := contracts.ValidateID("run id", runID); err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(contracts.CodeModeWaitInput{RunID: runID})
+	if err != nil {
+		return nil, err
+	}
+	return p.Submit(ctx, contracts.ToolCodeModeWait, data, opts)
+}
+
+// AwaitCodeMode awaits a code_mode.exec or code_mode.wait job and reads its
+// CodeModeResult (see CodeModeResult). With opts.Parked it also returns a
+// waiting result; without, it waits for the run to end (which needs
+// AutoResume or a Wait). A failed run is a result with Status failed, not
+// an error; result.Err() turns it into one.
+func (p *Producer) AwaitCodeMode(ctx context.Context, session, jobID string, opts *AwaitOpts) (*contracts.CodeModeResult, error) {
+	ev, err := p.Await(ctx, session, jobID, opts)
+	if err != nil {
+		return nil, err
+	}
+	return CodeModeResult(ev)
+}
+
 // SubmitToolResult answers a pending call of a code-mode run to a client
 // tool (a tool the requester runs itself: it is listed in the run's waiting
 // result with source "client"). Exactly one of result and toolErr is used:
@@ -48,7 +96,7 @@ func (p *Producer) RegisterClientTool(ctx context.Context, t contracts.CatalogTo
 	}
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
-	kv, err := p.js.KeyValue(ctx, p.cfg.Subjects.Bucket("catalog"))
+	kv, err := p.js.KeyValue(ctx, p.cfg.Subjects.CatalogBucket())
 	if err != nil {
 		return fmt.Errorf("producer: catalog: %w", err)
 	}

@@ -1,18 +1,32 @@
 // Package producer is the Go client of requesters: it submits jobs, awaits
-// their events, cancels them and reads a session's event history.
+// their events, cancels them and reads a session's event history. It
+// depends on contracts and NATS only: reading a result never needs an
+// engine package (sandbox, shell, tools/…).
 //
 // # Submitting
 //
 // Submit validates the job and publishes it on toolq.jobs.<tool> with the
 // job id as Nats-Msg-Id, so resubmitting the same id inside the duplicate
-// window enqueues it once.
+// window enqueues it once. Each tool has a typed helper that checks its
+// input before publishing: SubmitCode and Wait (code mode), SubmitExec and
+// Decide (approval-gated exec), SubmitCodeExecution, SubmitToolResult (an
+// answer to a code-mode run's client tool call).
 //
 // # Awaiting
 //
 // Await follows a session through one ordered consumer shared by every
 // waiter of that session and demultiplexes events to them. It subscribes
 // first and then reads the job's last stored event, so an event published
-// before the call is found as surely as one published after it.
+// before the call is found as surely as one published after it. A context
+// without a deadline gets Config.AwaitTimeout (DefaultAwaitTimeout).
+//
+// # Reading results
+//
+// DecodeResult decodes any event's result into the contracts type of its
+// tool. CodeModeResult reads a code-mode run's contracts.CodeModeResult from
+// any of its terminal or waiting events (AwaitCodeMode awaits and reads in
+// one call); ExecResult reads an exec job's end. Approval reads an exec
+// approval record for an approver to sign.
 //
 // # Cancelling
 //

@@ -19,10 +19,6 @@ type ReadOpts struct {
 	JobID string
 }
 
-// ErrStop can be returned by a ReadEvents callback to end the read early
-// without an error.
-var ErrStop = errors.New("producer: stop reading")
-
 // ReadEvents calls fn with every stored event of session, oldest first, and
 // with new ones as they arrive when opts.Follow is set.
 func (p *Producer) ReadEvents(ctx context.Context, session string, opts *ReadOpts, fn func(*contracts.Event) error) error {

@@ -28,15 +28,22 @@ type follower struct {
 // followerIdle is how long a session's follower lives without waiters.
 const followerIdle = 2 * time.Minute
 
-// follow returns the session's follower, starting it if needed. Once it
-// returns, every event stored later reaches the follower.
-func (p *Producer) follow(ctx context.Context, session string) (*follower, error) {
+// follow returns the session's follower, starting it if needed, with w
+// registered for jobID. Once it returns, every event of the job stored
+// later reaches w.
+//
+// The waiter is added under p.mu, the lock every sweep holds: a follower
+// found idle is in use before any other follow can sweep it. (Adding it
+// after the lookup let a concurrent follow of another session stop the
+// follower in between, and the waiter then hung on a stopped consumer.)
+func (p *Producer) follow(ctx context.Context, session, jobID string, w *waiter) (*follower, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return nil, ErrClosed
 	}
 	if f, ok := p.followers[session]; ok {
+		f.add(jobID, w)
 		return f, nil
 	}
 	p.sweepLocked(time.Now())
@@ -55,6 +62,7 @@ func (p *Producer) follow(ctx context.Context, session string) (*follower, error
 	if err != nil {
 		return nil, fmt.Errorf("producer: follow session %s: %w", session, err)
 	}
+	f.add(jobID, w)
 	p.followers[session] = f
 	return f, nil
 }
@@ -116,3 +124,25 @@ func (f *follower) remove(jobID string, w *waiter) {
 }
 
 func (f *follower) stop() { f.cc.Stop() }
+
+// awaitHooks let internal tests act between the steps of Await.
+type awaitHooks struct {
+	// followed runs once the session's follower is found or started and
+	// the waiter is registered with it.
+	followed func(session, jobID string)
+	// waiting runs once the job's stored events are read, before Await
+	// blocks for new ones.
+	waiting func(session, jobID string)
+}
+
+func (h *awaitHooks) onFollowed(session, jobID string) {
+	if h != nil && h.followed != nil {
+		h.followed(session, jobID)
+	}
+}
+
+func (h *awaitHooks) onWaiting(session, jobID string) {
+	if h != nil && h.waiting != nil {
+		h.waiting(session, jobID)
+	}
+}

@@ -20,6 +20,11 @@ import (
 // DefaultSession is the session of jobs submitted without one.
 const DefaultSession = "default"
 
+// DefaultAwaitTimeout bounds an Await whose context has no deadline, unless
+// Config.AwaitTimeout says otherwise. It matches the default timeout of an
+// exec job (1800 s).
+const DefaultAwaitTimeout = 30 * time.Minute
+
 // Config configures a Producer. The zero value is usable.
 type Config struct {
 	// Subjects names the streams and subjects; prefix "toolq" by default.
@@ -27,21 +32,19 @@ type Config struct {
 	// Session is used when a submit names none; DefaultSession by default.
 	Session string
 	// Timeout bounds calls whose context has no deadline; 10 s by default.
+	// It bounds each request to the server, not the wait for a job.
 	Timeout time.Duration
+	// AwaitTimeout bounds an Await (and AwaitCodeMode) whose context has no
+	// deadline: a job that never ends cannot hold the caller forever.
+	// DefaultAwaitTimeout when zero. A context with a deadline is used as
+	// it is, longer or shorter.
+	AwaitTimeout time.Duration
 	// Name identifies this producer as the source of events it writes
 	// (cancellations); random by default.
 	Name string
 	// Logger receives structured logs; slog.Default() when nil.
 	Logger *slog.Logger
 }
-
-// Errors.
-var (
-	// ErrFinished is returned by Cancel for a job that already ended.
-	ErrFinished = errors.New("producer: job already ended")
-	// ErrClosed is returned after Close.
-	ErrClosed = errors.New("producer: closed")
-)
 
 // Producer submits jobs and follows their events. It is safe for concurrent
 // use. One ordered consumer per session followed serves every Await of that
@@ -61,6 +64,9 @@ type Producer struct {
 	mu        sync.Mutex
 	closed    bool
 	followers map[string]*follower
+
+	// hooks stop Await at its steps in internal tests; nil otherwise.
+	hooks *awaitHooks
 }
 
 // New returns a producer on connection nc. The streams must exist (a worker
@@ -84,6 +90,12 @@ func New(nc *nats.Conn, cfg *Config) (*Producer, error) {
 	}
 	if c.Timeout < 0 {
 		return nil, errors.New("producer: negative timeout")
+	}
+	if c.AwaitTimeout == 0 {
+		c.AwaitTimeout = DefaultAwaitTimeout
+	}
+	if c.AwaitTimeout < 0 {
+		return nil, errors.New("producer: negative await timeout")
 	}
 	if c.Name == "" {
 		c.Name = nuid.Next()
@@ -115,7 +127,7 @@ func (p *Producer) init(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cancels, err := p.js.KeyValue(ctx, p.cfg.Subjects.Bucket("cancels"))
+	cancels, err := p.js.KeyValue(ctx, p.cfg.Subjects.CancelsBucket())
 	if err != nil {
 		return fmt.Errorf("producer: cancels bucket: %w", err)
 	}
@@ -206,13 +218,20 @@ func (o *AwaitOpts) match(s contracts.Status) bool {
 
 // Await returns the terminal event of a job (or, with Parked, the first
 // parked one). It works whether the event was published before or after the
-// call. It waits until ctx ends; it applies no default timeout.
+// call. It waits until ctx ends, or, when ctx has no deadline, for
+// Config.AwaitTimeout (DefaultAwaitTimeout): then it fails with an error
+// that matches context.DeadlineExceeded.
 func (p *Producer) Await(ctx context.Context, session, jobID string, opts *AwaitOpts) (*contracts.Event, error) {
 	if err := contracts.ValidateID("session", session); err != nil {
 		return nil, err
 	}
 	if err := contracts.ValidateID("job id", jobID); err != nil {
 		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.cfg.AwaitTimeout)
+		defer cancel()
 	}
 	w := &waiter{ch: make(chan *contracts.Event, 1), opts: opts}
 	// Setting up can fail for a moment (a cluster electing a leader, a
@@ -225,9 +244,9 @@ func (p *Producer) Await(ctx context.Context, session, jobID string, opts *Await
 		var err error
 		if f == nil {
 			if err = p.init(ctx); err == nil {
-				if f, err = p.follow(ctx, session); err == nil {
-					f.add(jobID, w)
+				if f, err = p.follow(ctx, session, jobID, w); err == nil {
 					defer f.remove(jobID, w)
+					p.hooks.onFollowed(session, jobID)
 				}
 			}
 		}
@@ -252,11 +271,12 @@ func (p *Producer) Await(ctx context.Context, session, jobID string, opts *Await
 	if ev != nil && opts.match(ev.Data.Status) {
 		return ev, nil
 	}
+	p.hooks.onWaiting(session, jobID)
 	select {
 	case ev := <-w.ch:
 		return ev, nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, fmt.Errorf("producer: await %s: %w", jobID, ctx.Err())
 	}
 }
 

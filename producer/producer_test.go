@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
@@ -21,6 +22,7 @@ var quiet = slog.New(slog.DiscardHandler)
 
 type bundle struct {
 	nc     *nats.Conn
+	js     jetstream.JetStream
 	prod   *producer.Producer
 	events *bus.Events
 }
@@ -41,7 +43,7 @@ func setup(t *testing.T) *bundle {
 	p, err := producer.New(nc, &producer.Config{Session: "p", Logger: quiet})
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
-	return &bundle{nc: nc, prod: p, events: ev}
+	return &bundle{nc: nc, js: js, prod: p, events: ev}
 }
 
 func (b *bundle) emit(t *testing.T, job *contracts.Job, status contracts.Status, expect uint64) uint64 {
@@ -163,5 +165,41 @@ func TestSubmitValidates(t *testing.T) {
 	_, err = b.prod.Await(ctx, "p", "bad/id", nil)
 	require.ErrorIs(t, err, contracts.ErrInvalidInput)
 	_, err = producer.New(b.nc, &producer.Config{Session: "no spaces allowed"})
+	require.Error(t, err)
+}
+
+func TestAwaitDefaultTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// Without a deadline, AwaitTimeout bounds the wait for a job that
+	// never ends.
+	p, err := producer.New(b.nc, &producer.Config{Session: "p", AwaitTimeout: 300 * time.Millisecond, Logger: quiet})
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Await(context.Background(), "p", "never", nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-testutil.Context(t, 10*time.Second).Done():
+		t.Fatal("Await without a deadline did not end")
+	}
+
+	// A context with a deadline is used as it is: an AwaitTimeout that
+	// would expire at once does not apply.
+	brief, err := producer.New(b.nc, &producer.Config{Session: "p", AwaitTimeout: time.Nanosecond, Logger: quiet})
+	require.NoError(t, err)
+	t.Cleanup(brief.Close)
+	b.emit(t, &contracts.Job{ID: "j-done", Session: "p", Tool: "noop"}, contracts.StatusCompleted, 0)
+	ev, err := brief.Await(testutil.Context(t, 10*time.Second), "p", "j-done", nil)
+	require.NoError(t, err)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
+	_, err = brief.Await(context.Background(), "p", "j-done", nil)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "without a deadline it does")
+
+	_, err = producer.New(b.nc, &producer.Config{AwaitTimeout: -time.Second})
 	require.Error(t, err)
 }

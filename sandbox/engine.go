@@ -20,30 +20,13 @@ var prelude string
 
 // Limits bound one run. Zero fields take the engine's defaults. JSON names
 // follow the code-mode contract's tools.codeMode settings.
-type Limits struct {
-	TimeoutMs           int   `json:"timeoutMs,omitempty"`
-	MemoryLimitBytes    int64 `json:"memoryLimitBytes,omitempty"`
-	MaxOutputBytes      int   `json:"maxOutputBytes,omitempty"`
-	MaxSnapshotBytes    int   `json:"maxSnapshotBytes,omitempty"`
-	MaxPendingToolCalls int   `json:"maxPendingToolCalls,omitempty"`
-	SearchDefaultLimit  int   `json:"searchDefaultLimit,omitempty"`
-	MaxSearchLimit      int   `json:"maxSearchLimit,omitempty"`
-}
+type Limits = contracts.CodeModeLimits
 
 // DefaultLimits returns the code-mode contract's defaults.
-func DefaultLimits() Limits {
-	return Limits{
-		TimeoutMs:           10000,
-		MemoryLimitBytes:    64 << 20,
-		MaxOutputBytes:      64 << 10,
-		MaxSnapshotBytes:    10 << 20,
-		MaxPendingToolCalls: 16,
-		SearchDefaultLimit:  8,
-		MaxSearchLimit:      50,
-	}
-}
+func DefaultLimits() Limits { return contracts.DefaultCodeModeLimits() }
 
-func (l Limits) withDefaults(d Limits) Limits {
+// withDefaults fills l's zero (or negative) fields from d.
+func withDefaults(l, d Limits) Limits {
 	pick := func(v *int, def int) {
 		if *v <= 0 {
 			*v = def
@@ -111,7 +94,7 @@ func NewEngine(ctx context.Context, cfg *EngineConfig) (*Engine, error) {
 	if len(cfg.SnapshotKey) < 32 {
 		return nil, errors.New("sandbox: EngineConfig.SnapshotKey must hold at least 32 bytes")
 	}
-	e := &Engine{limits: cfg.Limits.withDefaults(DefaultLimits())}
+	e := &Engine{limits: withDefaults(cfg.Limits, DefaultLimits())}
 	e.maxMem = cfg.MaxMemoryLimitBytes
 	if e.maxMem <= 0 {
 		e.maxMem = e.limits.MemoryLimitBytes

@@ -13,27 +13,7 @@ import (
 // is non-empty, both agree when both are given, and language is javascript
 // (the default) or typescript. It returns the source and the language.
 func (in Input) Validate() (source, language string, err error) {
-	code, command := in.Code, in.Command
-	switch {
-	case strings.TrimSpace(code) == "" && strings.TrimSpace(command) == "":
-		return "", "", contracts.Errorf(contracts.CodeInvalidInput, "exec needs code (or its alias command)")
-	case code != "" && command != "" && code != command:
-		return "", "", contracts.Errorf(contracts.CodeInvalidInput, "code and command are both set and differ")
-	}
-	source = code
-	if strings.TrimSpace(source) == "" {
-		source = command
-	}
-	language = in.Language
-	switch language {
-	case "":
-		language = LanguageJavaScript
-	case LanguageJavaScript, LanguageTypeScript:
-	default:
-		return "", "", contracts.Errorf(contracts.CodeInvalidInput,
-			"language must be %q or %q, not %q", LanguageJavaScript, LanguageTypeScript, language)
-	}
-	return source, language, nil
+	return (&contracts.CodeModeExecInput{Code: in.Code, Command: in.Command, Language: in.Language}).Script()
 }
 
 // forbidden are the module-loading forms exec refuses, in source and in

@@ -110,7 +110,7 @@ func (e *Engine) Exec(ctx context.Context, req *ExecRequest) (*Outcome, error) {
 		return nil, errors.New("sandbox: nil ExecRequest")
 	}
 	began := time.Now()
-	limits := req.Limits.withDefaults(e.limits)
+	limits := withDefaults(req.Limits, e.limits)
 	runID := req.RunID
 	if runID == "" {
 		var b [12]byte
@@ -191,7 +191,7 @@ func (e *Engine) Resume(ctx context.Context, req *ResumeRequest) (*Outcome, erro
 			Telemetry: Telemetry{DurationMs: ms(time.Since(began))},
 		}}, nil
 	}
-	maxBytes := req.Limits.withDefaults(e.limits).MaxSnapshotBytes
+	maxBytes := withDefaults(req.Limits, e.limits).MaxSnapshotBytes
 	snap, err := e.codec.Decode(req.Snapshot, maxBytes)
 	if err != nil {
 		if errors.Is(err, snapshot.ErrTooLarge) {
@@ -203,7 +203,7 @@ func (e *Engine) Resume(ctx context.Context, req *ResumeRequest) (*Outcome, erro
 	if err := json.Unmarshal(snap.Host, &st); err != nil {
 		return fail(contracts.CodeInternalError, "code mode snapshot refused: host state: %v", err)
 	}
-	st.Limits = req.Limits.withDefaults(st.Limits.withDefaults(e.limits))
+	st.Limits = withDefaults(req.Limits, withDefaults(st.Limits, e.limits))
 	if st.Limits.MemoryLimitBytes > e.maxMem {
 		st.Limits.MemoryLimitBytes = e.maxMem
 	}

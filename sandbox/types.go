@@ -17,90 +17,50 @@ type Input struct {
 
 // Languages accepted by Input.Language.
 const (
-	LanguageJavaScript = "javascript"
-	LanguageTypeScript = "typescript"
+	LanguageJavaScript = contracts.CodeModeJavaScript
+	LanguageTypeScript = contracts.CodeModeTypeScript
 )
 
 // Status of a Result.
-type Status string
+type Status = contracts.CodeModeStatus
 
 // Result statuses.
 const (
-	StatusCompleted Status = "completed"
-	StatusWaiting   Status = "waiting"
-	StatusFailed    Status = "failed"
+	StatusCompleted = contracts.CodeModeCompleted
+	StatusWaiting   = contracts.CodeModeWaiting
+	StatusFailed    = contracts.CodeModeFailed
 )
 
 // Waiting reasons.
 const (
-	ReasonPendingTools = "pending_tools"
-	ReasonYield        = "yield"
+	ReasonPendingTools = contracts.CodeModeReasonPendingTools
+	ReasonYield        = contracts.CodeModeReasonYield
 )
 
 // Result is the contract's CodeModeResult: completed {value, output, telemetry},
 // waiting {runId, reason, pendingToolCalls, output, telemetry} or failed
-// {error, code, output, telemetry}.
-type Result struct {
-	Status           Status              `json:"status"`
-	Value            json.RawMessage     `json:"value,omitempty"`
-	RunID            string              `json:"runId,omitempty"`
-	Reason           string              `json:"reason,omitempty"`
-	PendingToolCalls []PendingToolCall   `json:"pendingToolCalls,omitempty"`
-	Error            string              `json:"error,omitempty"`
-	Code             contracts.ErrorCode `json:"code,omitempty"`
-	Output           []Output            `json:"output,omitempty"`
-	Telemetry        Telemetry           `json:"telemetry"`
-}
-
-// MarshalJSON writes value: null for a completed run that returned nothing.
-func (r Result) MarshalJSON() ([]byte, error) {
-	type plain Result
-	if r.Status == StatusCompleted && len(r.Value) == 0 {
-		r.Value = json.RawMessage("null")
-	}
-	return json.Marshal(plain(r))
-}
+// {error, code, output, telemetry}. It is declared in contracts, so a
+// requester reads it without importing the engine.
+type Result = contracts.CodeModeResult
 
 // Output is one item of a run's output: {type:"text", text} or
 // {type:"json", value}.
-type Output struct {
-	Type  string          `json:"type"`
-	Text  string          `json:"text,omitempty"`
-	Value json.RawMessage `json:"value,omitempty"`
-}
+type Output = contracts.CodeModeOutput
 
 // Output types.
 const (
-	OutputText = "text"
-	OutputJSON = "json"
+	OutputText = contracts.CodeModeOutputText
+	OutputJSON = contracts.CodeModeOutputJSON
 )
 
 // Telemetry counts what a run did, over exec and every resume.
-type Telemetry struct {
-	BridgeCalls   BridgeCalls `json:"bridgeCalls"`
-	NestedCalls   int         `json:"nestedCalls"`
-	Resumes       int         `json:"resumes"`
-	DurationMs    float64     `json:"durationMs"`
-	SnapshotBytes int         `json:"snapshotBytes,omitempty"`
-	// SuspendedMs is the time the run spent suspended between slices; the
-	// bus layer fills it in (DurationMs is the time running).
-	SuspendedMs float64 `json:"suspendedMs,omitempty"`
-}
+type Telemetry = contracts.CodeModeTelemetry
 
 // BridgeCalls counts calls through the host bridge.
-type BridgeCalls struct {
-	Search   int `json:"search"`
-	Describe int `json:"describe"`
-	Call     int `json:"call"`
-}
+type BridgeCalls = contracts.CodeModeBridgeCalls
 
 // PendingToolCall is a nested tool call the guest awaits.
-type PendingToolCall struct {
-	CallID string          `json:"callId"`
-	ToolID string          `json:"toolId"`
-	Source string          `json:"source,omitempty"`
-	Input  json.RawMessage `json:"input"`
-}
+type PendingToolCall = contracts.CodeModePendingToolCall
 
 // CatalogEntry is the compact catalog entry the guest sees in ALL_TOOLS and
 // tools.search results. ID has the form <source>:<owner>:<tool-name>.
@@ -126,12 +86,12 @@ type Tool struct {
 
 // Tool sources.
 const (
-	SourceToolq = "toolq"
+	SourceToolq = contracts.SourceToolq
 	// SourceOpenClaw is the contract's name for toolq's own tools; toolq
 	// reports them as SourceToolq.
 	SourceOpenClaw = SourceToolq
-	SourceMCP      = "mcp"
-	SourceClient   = "client"
+	SourceMCP      = contracts.SourceMCP
+	SourceClient   = contracts.SourceClient
 )
 
 // ToolCall is a nested call the guest makes.

@@ -130,7 +130,7 @@ func NewClient(nc *nats.Conn, cfg *ClientConfig) (*Client, error) {
 }
 
 // Bucket is the name of the schedules bucket.
-func (c *Client) Bucket() string { return c.cfg.Subjects.Bucket("schedules") }
+func (c *Client) Bucket() string { return c.cfg.Subjects.SchedulesBucket() }
 
 func (c *Client) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok {

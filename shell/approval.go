@@ -2,14 +2,9 @@ package shell
 
 import (
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"slices"
-	"sort"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nkeys"
@@ -18,28 +13,9 @@ import (
 )
 
 // Plan is exactly what runs: the bus layer builds it once (NewPlan) and an
-// approval binds it by hash, so an approved command runs as approved.
-type Plan struct {
-	// Command is the job's text, for people.
-	Command string `json:"command"`
-	// Script is the shell text that runs (Decision.Script).
-	Script string `json:"script"`
-	// Shell is the absolute path of the shell that runs Script with -c.
-	Shell string `json:"shell"`
-	// Argv is the resolved argv of each simple command, for people and the
-	// approval hash.
-	Argv [][]string `json:"argv,omitempty"`
-	// Workdir is absolute; empty means a private scratch directory.
-	Workdir string `json:"workdir,omitempty"`
-	// Env are the job's overrides (already checked).
-	Env map[string]string `json:"env,omitempty"`
-	// Path is the fixed PATH.
-	Path []string `json:"path"`
-	// Host is sandbox or worker.
-	Host Host `json:"host"`
-	// TimeoutMs bounds the run.
-	TimeoutMs int64 `json:"timeoutMs"`
-}
+// approval binds it by hash (Plan.Hash), so an approved command runs as
+// approved. Script is Decision.Script.
+type Plan = contracts.ExecPlan
 
 // NewPlan builds the plan of an allowed or approvable decision. It fails
 // with runtime_unavailable when the policy's shell is missing and with
@@ -80,49 +56,6 @@ func NewPlan(p Policy, in *Input, d *Decision) (*Plan, error) {
 	}, nil
 }
 
-// Hash is the canonical hash of the plan: hex SHA-256 over a length-prefixed
-// encoding of every field, env sorted by name. Two plans hash alike only when
-// they would run the same thing in the same place with the same env.
-func (pl *Plan) Hash() string {
-	h := sha256.New()
-	var buf [binary.MaxVarintLen64]byte
-	put := func(s string) {
-		n := binary.PutUvarint(buf[:], uint64(len(s)))
-		h.Write(buf[:n])
-		h.Write([]byte(s))
-	}
-	putN := func(n int) { put(strconv.Itoa(n)) }
-	put("toolq.exec.plan.v1")
-	put(pl.Command)
-	put(pl.Script)
-	put(pl.Shell)
-	putN(len(pl.Argv))
-	for _, a := range pl.Argv {
-		putN(len(a))
-		for _, s := range a {
-			put(s)
-		}
-	}
-	put(pl.Workdir)
-	keys := make([]string, 0, len(pl.Env))
-	for k := range pl.Env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	putN(len(keys))
-	for _, k := range keys {
-		put(k)
-		put(pl.Env[k])
-	}
-	putN(len(pl.Path))
-	for _, d := range pl.Path {
-		put(d)
-	}
-	put(string(pl.Host))
-	put(strconv.FormatInt(pl.TimeoutMs, 10))
-	return hex.EncodeToString(h.Sum(nil))
-}
-
 // Approval defaults for the bus layer.
 const (
 	// DefaultApprovalTTL is how long an approval waits for a person.
@@ -134,25 +67,7 @@ const (
 
 // Approval is the record of a command waiting for a person (the value in
 // the toolq_approvals bucket, keyed by ID).
-type Approval struct {
-	// ID is a subject-safe id ([A-Za-z0-9_-]{1,128}).
-	ID string `json:"id"`
-	// Session and JobID link the approval to its job's events.
-	Session string `json:"session,omitempty"`
-	JobID   string `json:"jobId,omitempty"`
-	// Plan is what runs when approved.
-	Plan Plan `json:"plan"`
-	// Reason, Misses and Unlisted come from the Decision; Unlisted is what
-	// an "always" approval adds to the allowlist.
-	Reason   string   `json:"reason,omitempty"`
-	Misses   []string `json:"misses,omitempty"`
-	Unlisted []string `json:"unlisted,omitempty"`
-	// CreatedAt and ExpiresAt bound the approval's life.
-	CreatedAt time.Time `json:"createdAt"`
-	ExpiresAt time.Time `json:"expiresAt"`
-	// Hash is Plan.Hash() at creation.
-	Hash string `json:"hash"`
-}
+type Approval = contracts.ExecApproval
 
 // NewApproval makes the record for a NeedsApproval decision.
 func NewApproval(id string, plan *Plan, d *Decision, now time.Time, ttl time.Duration) (*Approval, error) {
@@ -179,65 +94,26 @@ func NewApproval(id string, plan *Plan, d *Decision, now time.Time, ttl time.Dur
 }
 
 // Verdict is a person's answer.
-type Verdict string
+type Verdict = contracts.ExecVerdict
 
 // Verdicts.
 const (
-	Approve Verdict = "approve"
-	Reject  Verdict = "deny"
+	Approve = contracts.ExecApprove
+	Reject  = contracts.ExecReject
 )
 
 // MaxReasonBytes bounds a decision's reason.
-const MaxReasonBytes = 1024
+const MaxReasonBytes = contracts.ExecMaxReasonBytes
 
 // ApprovalDecision is a person's signed answer to one approval. It binds
 // the approval id and the plan hash, so it cannot be replayed for another
-// approval or another command.
-type ApprovalDecision struct {
-	ApprovalID string  `json:"approvalId"`
-	Hash       string  `json:"hash"`
-	Verdict    Verdict `json:"verdict"`
-	// Always (approve only) asks to add the approval's unlisted binaries to
-	// the allowlist.
-	Always bool   `json:"always,omitempty"`
-	Reason string `json:"reason,omitempty"`
-	// Approver is the nkey public key (user "U…" or account "A…").
-	Approver string    `json:"approver"`
-	IssuedAt time.Time `json:"issuedAt"`
-	// Nonce makes every decision unique; the bus layer may remember nonces.
-	Nonce string `json:"nonce"`
-	// Signature is the ed25519 signature of SigningPayload, base64url
-	// without padding.
-	Signature string `json:"signature"`
-}
-
-// SigningPayload is the canonical byte string the signature covers.
-func (d *ApprovalDecision) SigningPayload() []byte {
-	var out []byte
-	var buf [binary.MaxVarintLen64]byte
-	put := func(s string) {
-		n := binary.PutUvarint(buf[:], uint64(len(s)))
-		out = append(out, buf[:n]...)
-		out = append(out, s...)
-	}
-	put("toolq.exec.decision.v1")
-	put(d.ApprovalID)
-	put(d.Hash)
-	put(string(d.Verdict))
-	put(strconv.FormatBool(d.Always))
-	put(d.Reason)
-	put(d.Approver)
-	put(strconv.FormatInt(d.IssuedAt.UnixNano(), 10))
-	put(d.Nonce)
-	return out
-}
+// approval or another command. Signature is the ed25519 signature of
+// SigningPayload, base64url without padding.
+type ApprovalDecision = contracts.ExecDecision
 
 // NewDecision prepares an unsigned decision for approval a.
 func NewDecision(a *Approval, v Verdict, always bool, reason string, now time.Time) ApprovalDecision {
-	return ApprovalDecision{
-		ApprovalID: a.ID, Hash: a.Hash, Verdict: v, Always: always, Reason: reason,
-		IssuedAt: now.UTC(),
-	}
+	return contracts.NewExecDecision(a, v, always, reason, now)
 }
 
 // SignDecision signs d with an nkey seed (user or account). It sets Approver
@@ -263,7 +139,7 @@ func SignDecision(d ApprovalDecision, seed []byte) (ApprovalDecision, error) {
 		}
 		d.Nonce = base64.RawURLEncoding.EncodeToString(b[:])
 	}
-	if err := d.checkShape(); err != nil {
+	if err := checkShape(&d); err != nil {
 		return d, err
 	}
 	sig, err := kp.Sign(d.SigningPayload())
@@ -278,7 +154,7 @@ func approverKey(pub string) bool {
 	return nkeys.IsValidPublicUserKey(pub) || nkeys.IsValidPublicAccountKey(pub)
 }
 
-func (d *ApprovalDecision) checkShape() error {
+func checkShape(d *ApprovalDecision) error {
 	switch {
 	case !contracts.ValidID(d.ApprovalID):
 		return fmt.Errorf("%w: approval id", ErrMalformedDecision)
@@ -324,7 +200,7 @@ func VerifyDecision(d *ApprovalDecision, a *Approval, trusted []string, now time
 	if err := kp.Verify(d.SigningPayload(), sig); err != nil {
 		return ErrBadSignature
 	}
-	if err := d.checkShape(); err != nil {
+	if err := checkShape(d); err != nil {
 		return err
 	}
 	if d.ApprovalID != a.ID {

@@ -131,17 +131,7 @@ func sealFDs() {
 }
 
 // Result is the outcome of a run that started.
-type Result struct {
-	ExitCode        int    `json:"exitCode"`
-	Stdout          string `json:"stdout"`
-	Stderr          string `json:"stderr"`
-	StdoutTruncated bool   `json:"stdoutTruncated,omitempty"`
-	StderrTruncated bool   `json:"stderrTruncated,omitempty"`
-	DurationMs      int64  `json:"durationMs"`
-	TimedOut        bool   `json:"timedOut,omitempty"`
-	// Signal names the signal that ended the command, if one did.
-	Signal string `json:"signal,omitempty"`
-}
+type Result = contracts.ExecResult
 
 // Run runs plan and waits for it. A command that exits non-zero is a
 // Result, not an error. Errors are *contracts.Error: runtime_unavailable

@@ -10,8 +10,8 @@ import (
 
 // Names of the diagnostic tools a worker has when Config.Builtins is set.
 const (
-	ToolNoop  = "noop"
-	ToolSleep = "sleep"
+	ToolNoop  = contracts.ToolNoop
+	ToolSleep = contracts.ToolSleep
 )
 
 // MaxSleep is the longest sleep the sleep tool accepts.
@@ -45,9 +45,7 @@ func noop(_ context.Context, job *contracts.Job) (json.RawMessage, error) {
 }
 
 // SleepInput is the input of the sleep tool.
-type SleepInput struct {
-	Ms int64 `json:"ms"`
-}
+type SleepInput = contracts.SleepInput
 
 // sleep waits {ms} milliseconds, honouring cancellation; it is for tests of
 // heartbeats, cancellation and shutdown.

@@ -17,7 +17,7 @@ import (
 // keys are loaded. Every cancel recorded after that also goes to the cancel
 // hooks: the worker's watch is the one cancel feed of the process.
 func (w *Worker) startCancelWatch(ctx context.Context) error {
-	kv, err := w.js.KeyValue(ctx, w.cfg.Subjects.Bucket("cancels"))
+	kv, err := w.js.KeyValue(ctx, w.cfg.Subjects.CancelsBucket())
 	if err != nil {
 		return fmt.Errorf("worker: cancels bucket: %w", err)
 	}

@@ -23,7 +23,7 @@ func (w *Worker) registerCatalog(ctx context.Context) error {
 		}
 		if kv == nil {
 			var err error
-			if kv, err = w.js.KeyValue(ctx, w.cfg.Subjects.Bucket("catalog")); err != nil {
+			if kv, err = w.js.KeyValue(ctx, w.cfg.Subjects.CatalogBucket()); err != nil {
 				return fmt.Errorf("worker: catalog bucket: %w", err)
 			}
 		}

@@ -249,7 +249,7 @@ func (w *Worker) startConsuming(ctx context.Context) error {
 		return fmt.Errorf("worker: subscribe cancels: %w", err)
 	}
 	w.subs = append(w.subs, sub)
-	adv := fmt.Sprintf("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.%s.*", w.cfg.Subjects.JobsStream())
+	adv := w.cfg.Subjects.MaxDeliveriesAdvisories()
 	if sub, err = w.nc.Subscribe(adv, w.onMaxDeliveries); err != nil {
 		w.abortStart()
 		return fmt.Errorf("worker: subscribe advisories: %w", err)

@@ -120,7 +120,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		}
 	}
 	if _, err := ensureKV(ctx, js, jetstream.KeyValueConfig{
-		Bucket:      cfg.Subjects.Bucket("cancels"),
+		Bucket:      cfg.Subjects.CancelsBucket(),
 		Description: "cancelled job ids; a queued job in here never starts",
 		TTL:         cfg.EventsMaxAge,
 		Storage:     cfg.Storage,
@@ -129,7 +129,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		return err
 	}
 	_, err = ensureKV(ctx, js, jetstream.KeyValueConfig{
-		Bucket:      cfg.Subjects.Bucket("catalog"),
+		Bucket:      cfg.Subjects.CatalogBucket(),
 		Description: "tools code-mode runs can see and call",
 		Storage:     cfg.Storage,
 		Replicas:    cfg.Replicas,

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/contracts"
 )
 
 // ExpiryConfig describes one follower of a bucket's expiry markers.
@@ -28,11 +30,11 @@ type ExpiryConfig struct {
 // of cfg.Bucket outlives its TTL. It returns once consuming; consumption
 // stops when lctx ends, and wg (if set) is done after that.
 func FollowExpiries(ctx, lctx context.Context, js jetstream.JetStream, cfg ExpiryConfig, wg *sync.WaitGroup) error {
-	prefix := "$KV." + cfg.Bucket + "."
-	cons, err := js.CreateOrUpdateConsumer(ctx, "KV_"+cfg.Bucket, jetstream.ConsumerConfig{
+	prefix := contracts.KVSubject(cfg.Bucket, "")
+	cons, err := js.CreateOrUpdateConsumer(ctx, contracts.KVStream(cfg.Bucket), jetstream.ConsumerConfig{
 		Durable:       cfg.Durable,
 		Description:   "expiry of " + cfg.Bucket + " entries",
-		FilterSubject: prefix + ">",
+		FilterSubject: contracts.KVSubject(cfg.Bucket, ">"),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		DeliverPolicy: jetstream.DeliverNewPolicy,
 		AckWait:       30 * time.Second,

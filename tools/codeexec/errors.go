@@ -35,11 +35,7 @@ const DocsPath = "docs/tools/code-execution"
 
 // MissingCredentials is the structured payload of the code_execution contract, carried in the
 // Details of a missing_credentials error.
-type MissingCredentials struct {
-	Error   string `json:"error"`
-	Message string `json:"message"`
-	Docs    string `json:"docs"`
-}
+type MissingCredentials = contracts.CodeExecutionMissingCredentials
 
 var vendorNames = map[string]string{
 	XAI:       "xAI",
@@ -94,25 +90,11 @@ func (e *missingKeyError) Error() string { return e.provider + ": missing API ke
 
 // failureDetails is the Details of a failed job other than missing
 // credentials.
-type failureDetails struct {
-	Provider     string         `json:"provider"`
-	Model        string         `json:"model,omitempty"`
-	Kind         string         `json:"kind"`
-	Status       int            `json:"status,omitempty"`
-	RetryAfterMs int64          `json:"retryAfterMs,omitempty"`
-	Attempts     int            `json:"attempts,omitempty"`
-	Failover     []FailoverStep `json:"failover,omitempty"`
-}
+type failureDetails = contracts.CodeExecutionFailure
 
 // FailoverStep records one provider a job tried before the one that
 // answered (or before giving up).
-type FailoverStep struct {
-	Provider string `json:"provider"`
-	Model    string `json:"model,omitempty"`
-	Code     string `json:"code"`
-	Kind     string `json:"kind,omitempty"`
-	Message  string `json:"message"`
-}
+type FailoverStep = contracts.CodeExecutionFailoverStep
 
 // attemptError is what one provider's run ended with.
 type attemptError struct {

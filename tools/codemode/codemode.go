@@ -107,7 +107,7 @@ func (c *CodeMode) start(ctx context.Context) error {
 		return err
 	}
 	runs, err := bus.EnsureKV(ctx, c.js, jetstream.KeyValueConfig{
-		Bucket:         s.Bucket("runs"),
+		Bucket:         s.RunsBucket(),
 		Description:    "code-mode runs waiting on nested calls",
 		Storage:        c.cfg.Storage,
 		Replicas:       c.cfg.Replicas,
@@ -117,7 +117,7 @@ func (c *CodeMode) start(ctx context.Context) error {
 		return err
 	}
 	obj, err := c.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket:      s.Bucket("snapshots"),
+		Bucket:      s.SnapshotsBucket(),
 		Description: "code-mode VM snapshots too large for the run record",
 		Storage:     c.cfg.Storage,
 		Replicas:    c.cfg.Replicas,
@@ -126,12 +126,12 @@ func (c *CodeMode) start(ctx context.Context) error {
 		return fmt.Errorf("codemode: snapshot store: %w", err)
 	}
 	if obj == nil {
-		if obj, err = c.js.ObjectStore(ctx, s.Bucket("snapshots")); err != nil {
+		if obj, err = c.js.ObjectStore(ctx, s.SnapshotsBucket()); err != nil {
 			return fmt.Errorf("codemode: snapshot store: %w", err)
 		}
 	}
-	c.store = &store{js: c.js, kv: runs, obj: obj, subj: "$KV." + s.Bucket("runs") + ".", limit: c.cfg.InlineSnapshotBytes}
-	catKV, err := c.js.KeyValue(ctx, s.Bucket("catalog"))
+	c.store = &store{js: c.js, kv: runs, obj: obj, subj: contracts.KVSubject(s.RunsBucket(), ""), limit: c.cfg.InlineSnapshotBytes}
+	catKV, err := c.js.KeyValue(ctx, s.CatalogBucket())
 	if err != nil {
 		return fmt.Errorf("codemode: catalog: %w", err)
 	}
@@ -165,31 +165,13 @@ func (c *CodeMode) stop(context.Context) error {
 
 // ExecInput is the input of a code_mode.exec job: the code-mode contract's exec input and
 // the bus's options.
-type ExecInput struct {
-	Code     string `json:"code,omitempty"`
-	Command  string `json:"command,omitempty"`
-	Language string `json:"language,omitempty"`
-	// Tools narrows the run's catalog to these ids.
-	Tools []string `json:"tools,omitempty"`
-	// Limits override the worker's defaults, up to its maximums.
-	Limits *Limits `json:"limits,omitempty"`
-	// RestartSafe refuses side-effecting tools.
-	RestartSafe bool `json:"restartSafe,omitempty"`
-	// AutoResume resumes the run as soon as its nested calls are back,
-	// without a code_mode.wait.
-	AutoResume bool `json:"autoResume,omitempty"`
-}
+type ExecInput = contracts.CodeModeExecInput
 
 // Limits are a run's limits as a job gives them.
-type Limits struct {
-	sandbox.Limits
-	SnapshotTTLSeconds int64 `json:"snapshotTtlSeconds,omitempty"`
-}
+type Limits = contracts.CodeModeExecLimits
 
 // WaitInput is the input of a code_mode.wait job.
-type WaitInput struct {
-	RunID string `json:"runId"`
-}
+type WaitInput = contracts.CodeModeWaitInput
 
 // Messages of the code-mode contract for waits that cannot proceed.
 const (
@@ -250,7 +232,7 @@ type RunInfo struct {
 // ListRuns lists the runs in the runs bucket, of one session or of all
 // (session ""), read straight from NATS: no worker needs to be running.
 func ListRuns(ctx context.Context, js jetstream.JetStream, subjects contracts.Subjects, session string) ([]RunInfo, error) {
-	kv, err := js.KeyValue(ctx, subjects.Bucket("runs"))
+	kv, err := js.KeyValue(ctx, subjects.RunsBucket())
 	if err != nil {
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
 			return nil, nil

@@ -53,7 +53,7 @@ func decodeExecInput(raw json.RawMessage) (*ExecInput, error) {
 		return nil, contracts.Errorf(contracts.CodeInvalidInput, "code_mode.exec input: %v", err)
 	}
 	for _, id := range in.Tools {
-		if id == "" || len(id) > 400 {
+		if id == "" || len(id) > contracts.MaxCatalogIDBytes {
 			return nil, contracts.Errorf(contracts.CodeInvalidInput, "tools: ids must be non-empty catalog ids")
 		}
 	}
@@ -83,7 +83,7 @@ func (c *CodeMode) handleExec(ctx context.Context, job *contracts.Job) (json.Raw
 	}
 	var jl *sandbox.Limits
 	if in.Limits != nil {
-		jl = &in.Limits.Limits
+		jl = &in.Limits.CodeModeLimits
 	}
 	limits, err := c.cfg.effectiveLimits(jl)
 	if err != nil {
@@ -247,11 +247,12 @@ func (c *CodeMode) remaining(rec *record) time.Duration {
 
 // checkSuspendedCap refuses a suspension when the session has too many runs.
 func (c *CodeMode) checkSuspendedCap(ctx context.Context, session string) error {
-	st, err := c.js.Stream(ctx, "KV_"+c.cfg.Subjects.Bucket("runs"))
+	runs := c.cfg.Subjects.RunsBucket()
+	st, err := c.js.Stream(ctx, contracts.KVStream(runs))
 	if err != nil {
 		return err
 	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(c.store.subj+session+".*"))
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(contracts.KVSubject(runs, session+".*")))
 	if err != nil {
 		return err
 	}

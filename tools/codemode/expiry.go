@@ -13,7 +13,7 @@ import (
 // its snapshot is deleted. One durable consumer is shared by every worker.
 func (c *CodeMode) startExpiry(ctx, lctx context.Context) error {
 	return bus.FollowExpiries(ctx, lctx, c.js, bus.ExpiryConfig{
-		Bucket: c.cfg.Subjects.Bucket("runs"), Durable: "codemode_expiry", Logger: c.log,
+		Bucket: c.cfg.Subjects.RunsBucket(), Durable: "codemode_expiry", Logger: c.log,
 		Expired: func(ctx context.Context, key string) error {
 			session, runID, ok := sessionAndRun(key)
 			if !ok {

@@ -22,7 +22,7 @@ import (
 
 // ToolPrefix is the first token of every bus tool of an MCP server:
 // mcp.<server>.<tool>.
-const ToolPrefix = "mcp"
+const ToolPrefix = contracts.ToolMCPPrefix
 
 // Servers holds the sessions with the configured MCP servers and the tools
 // they offer.
@@ -241,7 +241,7 @@ func (s *server) newTool(t *sdk.Tool) (Tool, error) {
 	}
 	entry := contracts.CatalogTool{
 		ID:          contracts.SourceMCP + ":" + s.name + ":" + token,
-		Tool:        ToolPrefix + "." + s.name + "." + token,
+		Tool:        contracts.MCPTool(s.name, token),
 		Name:        token,
 		Description: clean(t.Description, maxDescription, false),
 		Source:      contracts.SourceMCP,

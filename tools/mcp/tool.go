@@ -37,11 +37,7 @@ func (t Tool) Server() string { return t.srv.name }
 // Result is the code-mode contract's McpToolResult: what an MCP tool call returns to the
 // guest. A tool that reports an error (isError) still completes: the guest
 // decides what to do with it.
-type Result struct {
-	Content           []json.RawMessage `json:"content"`
-	StructuredContent json.RawMessage   `json:"structuredContent,omitempty"`
-	IsError           bool              `json:"isError,omitempty"`
-}
+type Result = contracts.MCPToolResult
 
 // Handle calls the tool with the job's input, which must be a JSON object
 // (or empty) matching the tool's input schema, and returns the Result.

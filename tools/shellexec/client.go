@@ -2,8 +2,6 @@ package shellexec
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/toolq/toolq/contracts"
@@ -11,17 +9,9 @@ import (
 	"github.com/toolq/toolq/shell"
 )
 
-// LoadApproval reads approval id through p.
+// LoadApproval reads approval id through p (producer.Approval).
 func LoadApproval(ctx context.Context, p *producer.Producer, id string) (*Record, error) {
-	raw, err := p.Approval(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	var r Record
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return nil, fmt.Errorf("shellexec: approval record %s: %w", id, err)
-	}
-	return &r, nil
+	return p.Approval(ctx, id)
 }
 
 // DecideOpts are the optional fields of a decision.
@@ -51,10 +41,6 @@ func Decide(ctx context.Context, p *producer.Producer, id string, verdict shell.
 	if err != nil {
 		return nil, rec, err
 	}
-	raw, err := json.Marshal(d)
-	if err != nil {
-		return nil, rec, err
-	}
-	job, err := p.Decide(ctx, raw, o.Submit)
+	job, err := p.Decide(ctx, &d, o.Submit)
 	return job, rec, err
 }

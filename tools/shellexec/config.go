@@ -10,18 +10,17 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/toolq/toolq/contracts"
-	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/shell"
 )
 
 // Tool names on the bus.
 const (
 	// ToolExec runs a shell command under the worker's policy.
-	ToolExec = "exec"
+	ToolExec = contracts.ToolExec
 	// ToolDecide carries a person's signed decision on an approval. Only
 	// approvers may publish to its subject (see deploy/nats/approvers.conf);
 	// the worker verifies every decision's signature anyway.
-	ToolDecide = producer.ToolExecDecide
+	ToolDecide = contracts.ToolExecDecide
 )
 
 // Defaults.

@@ -94,7 +94,8 @@ func TestDeployPermissions(t *testing.T) {
 	require.Error(t, err)
 	short, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	_, err = agent.Decide(short, json.RawMessage(`{}`), nil)
+	forged := &contracts.ExecDecision{ApprovalID: job.ID, Verdict: contracts.ExecApprove, Approver: pub, Signature: "forged"}
+	_, err = agent.Decide(short, forged, nil)
 	require.Error(t, err, "agents must not publish decisions")
 
 	anc := connect(nats.Nkey(pub, func(nonce []byte) ([]byte, error) { return kp.Sign(nonce) }))
@@ -106,7 +107,7 @@ func TestDeployPermissions(t *testing.T) {
 	require.NoError(t, err)
 	short2, cancel2 := context.WithTimeout(ctx, time.Second)
 	defer cancel2()
-	_, err = ajs.Publish(short2, "$KV.toolq_approvals."+job.ID, []byte(`{}`))
+	_, err = ajs.Publish(short2, contracts.KVSubject(contracts.Subjects{}.ApprovalsBucket(), job.ID), []byte(`{}`))
 	require.Error(t, err)
 
 	dj, _, err := shellexec.Decide(ctx, approver, job.ID, shell.Approve, seed, &shellexec.DecideOpts{Submit: &producer.SubmitOpts{Progress: true}})

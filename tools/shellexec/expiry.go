@@ -18,7 +18,7 @@ import (
 // while its job is still approval_pending.
 func (s *ShellExec) startExpiry(ctx context.Context) error {
 	return bus.FollowExpiries(ctx, s.lctx, s.js, bus.ExpiryConfig{
-		Bucket: s.cfg.Subjects.Bucket("approvals"), Durable: "shellexec_expiry", Logger: s.log,
+		Bucket: s.cfg.Subjects.ApprovalsBucket(), Durable: "shellexec_expiry", Logger: s.log,
 		Expired: func(ctx context.Context, id string) error {
 			if !contracts.ValidID(id) {
 				return nil

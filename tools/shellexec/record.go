@@ -10,36 +10,24 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/bus"
-	"github.com/toolq/toolq/shell"
 )
 
 // Approval statuses in a record.
 const (
-	StatusPending   = "pending"
-	StatusApproved  = "approved"
-	StatusDenied    = "denied"
-	StatusCancelled = "cancelled"
+	StatusPending   = contracts.ExecApprovalPending
+	StatusApproved  = contracts.ExecApprovalApproved
+	StatusDenied    = contracts.ExecApprovalDenied
+	StatusCancelled = contracts.ExecApprovalCancelled
 )
 
 // Record is an approval as kept in the toolq_approvals bucket under its id.
 // It is created pending with the approval's TTL (its expiry denies the job
 // with reason timeout) and decided once, by a write conditional on the
-// revision read, which keeps it DecidedTTL longer.
-type Record struct {
-	Approval shell.Approval `json:"approval"`
-	// Tool is the job's tool (exec).
-	Tool string `json:"tool"`
-	// Background runs the approved command as a background session.
-	Background bool   `json:"background,omitempty"`
-	Status     string `json:"status"`
-	// Decision is the signed decision that decided the approval; DecideJob
-	// is the exec.decide job that applied it (its redelivery resumes the
-	// decision, any other job's does nothing).
-	Decision  *shell.ApprovalDecision `json:"decision,omitempty"`
-	DecideJob string                  `json:"decideJob,omitempty"`
-	DecidedAt time.Time               `json:"decidedAt,omitzero"`
-}
+// revision read, which keeps it DecidedTTL longer. A DecideJob's
+// redelivery resumes its decision, any other job's does nothing.
+type Record = contracts.ExecApprovalRecord
 
 // store reads and writes approval records.
 type store struct {

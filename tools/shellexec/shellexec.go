@@ -137,7 +137,7 @@ func (s *ShellExec) start(ctx context.Context) error {
 		return err
 	}
 	approvals, err := bus.EnsureKV(ctx, s.js, jetstream.KeyValueConfig{
-		Bucket:      sub.Bucket("approvals"),
+		Bucket:      sub.ApprovalsBucket(),
 		Description: "exec commands waiting for a person's decision",
 		Storage:     s.cfg.Storage,
 		Replicas:    s.cfg.Replicas,
@@ -148,9 +148,9 @@ func (s *ShellExec) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.store = &store{js: s.js, kv: approvals, subj: "$KV." + sub.Bucket("approvals") + "."}
+	s.store = &store{js: s.js, kv: approvals, subj: contracts.KVSubject(sub.ApprovalsBucket(), "")}
 	if s.policyKV, err = bus.EnsureKV(ctx, s.js, jetstream.KeyValueConfig{
-		Bucket:      sub.Bucket("exec_policy"),
+		Bucket:      sub.ExecPolicyBucket(),
 		Description: "shared exec policy: allowlist entries and stricter modes for every worker",
 		Storage:     s.cfg.Storage,
 		Replicas:    s.cfg.Replicas,
@@ -158,7 +158,7 @@ func (s *ShellExec) start(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	if s.cancels, err = s.js.KeyValue(ctx, sub.Bucket("cancels")); err != nil {
+	if s.cancels, err = s.js.KeyValue(ctx, sub.CancelsBucket()); err != nil {
 		return fmt.Errorf("shellexec: cancels bucket: %w", err)
 	}
 	if s.events, err = s.js.Stream(ctx, sub.EventsStream()); err != nil {

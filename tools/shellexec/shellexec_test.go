@@ -153,11 +153,13 @@ func (b *bundle) decide(t *testing.T, id string, v shell.Verdict, seed []byte, o
 	return b.await(t, job.Session, job.ID, false)
 }
 
+// submitDecision submits d as it is, bypassing the producer's own checks,
+// so the worker's refusals can be tested.
 func (b *bundle) submitDecision(t *testing.T, d shell.ApprovalDecision) *contracts.Event {
 	t.Helper()
-	raw, err := json.Marshal(d)
+	raw, err := json.Marshal(shellexec.DecideInput{Decision: d})
 	require.NoError(t, err)
-	job, err := b.prod.Decide(testutil.Context(t, 5*time.Second), raw, nil)
+	job, err := b.prod.Submit(testutil.Context(t, 5*time.Second), shellexec.ToolDecide, raw, nil)
 	require.NoError(t, err)
 	return b.await(t, job.Session, job.ID, false)
 }
@@ -299,11 +301,7 @@ func TestApprovalTimesOut(t *testing.T) {
 	// The record is gone: a late decision is refused.
 	_, err := b.prod.Approval(testutil.Context(t, 5*time.Second), p.ApprovalID)
 	require.ErrorIs(t, err, producer.ErrNoApproval)
-	raw, err := json.Marshal(shell.ApprovalDecision{ApprovalID: p.ApprovalID})
-	require.NoError(t, err)
-	dj, err := b.prod.Decide(testutil.Context(t, 5*time.Second), raw, nil)
-	require.NoError(t, err)
-	require.Equal(t, contracts.StatusFailed, b.await(t, dj.Session, dj.ID, false).Data.Status)
+	require.Equal(t, contracts.StatusFailed, b.submitDecision(t, shell.ApprovalDecision{ApprovalID: p.ApprovalID}).Data.Status)
 
 	// A decided approval does not expire under its command: this one runs
 	// past the approval's TTL.
@@ -585,9 +583,7 @@ func TestRedeliveredDecisionDoesNotRunTwice(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.w.Emit(ctx, &contracts.Job{ID: job.ID, Session: job.Session, Tool: job.Tool}, contracts.StatusApproved, 1, nil, nil))
 
-	raw, err := json.Marshal(d)
-	require.NoError(t, err)
-	dj, err := b.prod.Decide(ctx, raw, &producer.SubmitOpts{ID: "dj-1"})
+	dj, err := b.prod.Decide(ctx, &d, &producer.SubmitOpts{ID: "dj-1"})
 	require.NoError(t, err)
 	require.True(t, decideResult(t, b.await(t, dj.Session, dj.ID, false)).Applied)
 	ev := b.await(t, job.Session, job.ID, false)
@@ -595,7 +591,7 @@ func TestRedeliveredDecisionDoesNotRunTwice(t *testing.T) {
 	require.Contains(t, ev.Data.Error.Message, "not run again")
 
 	// Any other decide job with the same decision does nothing.
-	dj2, err := b.prod.Decide(ctx, raw, nil)
+	dj2, err := b.prod.Decide(ctx, &d, nil)
 	require.NoError(t, err)
 	require.False(t, decideResult(t, b.await(t, dj2.Session, dj2.ID, false)).Applied)
 }

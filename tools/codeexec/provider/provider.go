@@ -4,28 +4,23 @@ import (
 	"context"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/toolq/toolq/contracts"
 )
 
 // Provider names.
 const (
-	XAI       = "xai"
-	OpenAI    = "openai"
-	Gemini    = "gemini"
-	Anthropic = "anthropic"
+	XAI       = contracts.ProviderXAI
+	OpenAI    = contracts.ProviderOpenAI
+	Gemini    = contracts.ProviderGemini
+	Anthropic = contracts.ProviderAnthropic
 )
 
 // Names lists every known provider in the default failover order.
-var Names = []string{XAI, OpenAI, Gemini, Anthropic}
+var Names = contracts.CodeExecutionProviders()
 
 // Known reports whether name is a known provider.
-func Known(name string) bool {
-	for _, n := range Names {
-		if n == name {
-			return true
-		}
-	}
-	return false
-}
+func Known(name string) bool { return contracts.KnownProvider(name) }
 
 // Client runs one code-execution request against one provider's API. An
 // implementation makes exactly one HTTP exchange per call (or a bounded chain
@@ -82,24 +77,11 @@ type Response struct {
 }
 
 // Run is one executed code block.
-type Run struct {
-	Code     string  `json:"code"`
-	Language string  `json:"language"`
-	Outcome  string  `json:"outcome"`
-	Output   string  `json:"output"`
-	Images   []Image `json:"images,omitempty"`
-}
+type Run = contracts.CodeExecutionRun
 
 // Image is an image the code produced: inline data, a URL or a provider
 // file id.
-type Image struct {
-	MIMEType string `json:"mimeType,omitempty"`
-	Data     string `json:"data,omitempty"` // base64
-	URL      string `json:"url,omitempty"`
-	FileID   string `json:"fileId,omitempty"`
-	// Omitted reports that Data was dropped to keep the result small.
-	Omitted bool `json:"omitted,omitempty"`
-}
+type Image = contracts.CodeExecutionImage
 
 // Usage is token and tool-call accounting.
 type Usage struct {

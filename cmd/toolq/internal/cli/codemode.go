@@ -63,11 +63,10 @@ func newExecCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return contracts.Errorf(contracts.CodeInvalidInput, "--code: %v", err)
 			}
-			in := codemode.ExecInput{Code: string(src), Language: language, AutoResume: autoResume, RestartSafe: restartSafe}
+			in := contracts.CodeModeExecInput{Code: string(src), Language: language, AutoResume: autoResume, RestartSafe: restartSafe}
 			if tools != "" {
 				in.Tools = strings.Split(tools, ",")
 			}
-			data, _ := json.Marshal(in)
 			p, closeFn, err := g.producer(session)
 			if err != nil {
 				return err
@@ -76,7 +75,7 @@ func newExecCmd(g *globals) *cobra.Command {
 			ctx := cmd.Context()
 			sctx, cancel := context.WithTimeout(ctx, g.timeout)
 			defer cancel()
-			job, err := p.Submit(sctx, contracts.ToolCodeModeExec, data, nil)
+			job, err := p.SubmitCode(sctx, &in, nil)
 			if err != nil {
 				return err
 			}
@@ -115,9 +114,8 @@ func newExecCmd(g *globals) *cobra.Command {
 
 // waitOnce submits a code_mode.wait job and returns its terminal event.
 func waitOnce(ctx context.Context, g *globals, p *producer.Producer, session, runID string) (*contracts.Event, error) {
-	data, _ := json.Marshal(codemode.WaitInput{RunID: runID})
 	sctx, cancel := context.WithTimeout(ctx, g.timeout)
-	job, err := p.Submit(sctx, contracts.ToolCodeModeWait, data, &producer.SubmitOpts{Session: session})
+	job, err := p.Wait(sctx, runID, &producer.SubmitOpts{Session: session})
 	cancel()
 	if err != nil {
 		return nil, err

@@ -346,11 +346,10 @@ func selfCheck(ctx context.Context, g *globals, srv *embedded.Server, codeMode b
 	}
 	// Code mode: guest code whose nested call is a queued job; the run
 	// suspends to NATS while it is pending and resumes when it is back.
-	in, _ := json.Marshal(codemode.ExecInput{
+	run, err := p.SubmitCode(ctx, &contracts.CodeModeExecInput{
 		Code:       `const echo = await tools.callValue("toolq:core:noop", {hello: "code mode"}); text("nested call came back"); return {echo, tools: ALL_TOOLS.length};`,
 		AutoResume: true,
-	})
-	run, err := p.Submit(ctx, contracts.ToolCodeModeExec, in, nil)
+	}, nil)
 	if err != nil {
 		return err
 	}

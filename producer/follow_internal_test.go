@@ -1,0 +1,95 @@
+package producer
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
+	"github.com/toolq/toolq/internal/testutil"
+)
+
+// TestAwaitKeepsTheIdleFollowerItFound is the regression test of a hang:
+// Await found a session's idle follower without marking it used, and an
+// Await on another session, starting its own follower, swept the first one
+// away before the waiter was registered with it. The waiter then sat on a
+// stopped consumer until its context ended.
+func TestAwaitKeepsTheIdleFollowerItFound(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartJetStream(t)
+	nc := srv.Connect(t)
+	js := testutil.JetStream(t, nc)
+	ctx := testutil.Context(t, 30*time.Second)
+	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
+	events, err := bus.NewEvents(ctx, js, contracts.Subjects{})
+	require.NoError(t, err)
+	emit := func(session, jobID string, status contracts.Status, expect uint64) uint64 {
+		t.Helper()
+		ev := contracts.NewEvent("/test", &contracts.Job{ID: jobID, Session: session, Tool: contracts.ToolNoop}, status, 1, time.Now())
+		seq, err := events.Publish(ctx, ev, expect, "")
+		require.NoError(t, err)
+		return seq
+	}
+	p, err := New(nc, &Config{Session: "a", Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+
+	// Session a gets a follower, which then has no waiter; make it look
+	// idle for longer than followerIdle.
+	emit("a", "done", contracts.StatusCompleted, 0)
+	_, err = p.Await(ctx, "a", "done", nil)
+	require.NoError(t, err)
+	p.mu.Lock()
+	fa := p.followers["a"]
+	require.NotNil(t, fa)
+	fa.mu.Lock()
+	fa.lastUsed = time.Now().Add(-2 * followerIdle)
+	fa.mu.Unlock()
+	p.mu.Unlock()
+
+	// While an Await on a has just found that follower, an Await on b
+	// starts b's follower, which sweeps idle ones.
+	emit("b", "other", contracts.StatusCompleted, 0)
+	waiting := make(chan struct{})
+	p.hooks = &awaitHooks{
+		followed: func(session, _ string) {
+			if session == "a" {
+				if _, err := p.Await(ctx, "b", "other", nil); err != nil {
+					t.Error(err) // not on the test's goroutine: no FailNow
+				}
+			}
+		},
+		waiting: func(session, _ string) {
+			if session == "a" {
+				close(waiting)
+			}
+		},
+	}
+	seq := emit("a", "j2", contracts.StatusRunning, 0)
+	type answer struct {
+		ev  *contracts.Event
+		err error
+	}
+	got := make(chan answer, 1)
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	go func() {
+		ev, err := p.Await(actx, "a", "j2", nil)
+		got <- answer{ev, err}
+	}()
+	select {
+	case <-waiting:
+	case <-ctx.Done():
+		t.Fatal("Await on a never got to wait")
+	}
+	// The terminal event comes after Await read the stored ones: only the
+	// follower can deliver it.
+	emit("a", "j2", contracts.StatusCompleted, seq)
+	a := <-got
+	require.NoError(t, a.err, "the waiter was left on a stopped follower")
+	require.Equal(t, contracts.StatusCompleted, a.ev.Data.Status)
+}
