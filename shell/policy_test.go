@@ -98,7 +98,7 @@ func TestEvaluateAllowlist(t *testing.T) {
 		{cmd: "cat | jq --arg x 1 '.[$x]'", want: Allow},
 		{cmd: "cat | tr a-z A-Z", want: Allow},
 		{cmd: "cat | head -5 | tail -n2", want: Allow},
-		{cmd: "cat | cut -d, -f1 | sort -u -", want: Allow},
+		{cmd: "cat | cut -d, -f1 | sort -u", want: Allow},
 		{cmd: "ls # $(rm -rf /) ; eval x", want: Allow},
 		{cmd: "[ -f x ]", want: NeedsApproval, reason: "not found"}, // no [ on the test PATH
 
@@ -124,6 +124,8 @@ func TestEvaluateAllowlist(t *testing.T) {
 		{cmd: "ls; rm x", want: NeedsApproval, reason: "rm"},
 		{cmd: "ls || rm x", want: NeedsApproval, reason: "rm"},
 		{cmd: "ls | rm", want: NeedsApproval, reason: "rm"},
+		{cmd: "cat | sort -u -", want: NeedsApproval, reason: `operand "-"`},
+		{cmd: "cat | grep foo -", want: NeedsApproval, reason: `operand "-"`},
 		{cmd: "cat | sort -o out", want: NeedsApproval, reason: "-o"},
 		{cmd: "cat | sort --output=out", want: NeedsApproval, reason: "--output"},
 		{cmd: "cat | sort -T /tmp", want: NeedsApproval, reason: "-T"},
