@@ -30,9 +30,10 @@
 // their own. An allowed command runs as a script rebuilt from its resolved
 // argv, so what runs is what was checked.
 //
-// Environment overrides of PATH (any case), LD_*, DYLD_* and other
-// loader or shell-startup variables are refused on every host and in every
-// mode, full included.
+// Environment overrides pass only when DefaultEnvAllow or the worker's
+// Policy.EnvAllow lists them (Policy.CheckEnv), on every host and in every
+// mode, full included. PATH (any case), LD_*, DYLD_* and other loader or
+// shell-startup variables (EnvRefusal) are refused even when listed.
 //
 // # Approvals
 //

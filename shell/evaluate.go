@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 
 	"mvdan.cc/sh/v3/syntax"
@@ -106,18 +105,8 @@ func Evaluate(p Policy, in *Input) Decision {
 	if in.Elevated {
 		return deny("elevated mode is not available")
 	}
-	keys := make([]string, 0, len(in.Env))
-	for k := range in.Env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if !validEnvName(k) {
-			return deny("env name %q is not valid", clip(k))
-		}
-		if r := EnvRefusal(k); r != "" {
-			return deny("%s", r)
-		}
+	if why := p.envRefusal(in.Env); why != "" {
+		return deny("%s", why)
 	}
 	wd, why := p.resolveWorkdir(in.Workdir)
 	if why != "" {

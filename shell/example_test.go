@@ -41,3 +41,15 @@ func ExampleEnvRefusal() {
 	// DYLD_INSERT_LIBRARIES refused: true
 	// GOFLAGS refused: false
 }
+
+func ExamplePolicy_CheckEnv() {
+	p := shell.Policy{EnvAllow: []string{"MYAPP_*"}}
+	for _, name := range []string{"LC_ALL", "MYAPP_MODE", "GIT_SSH_COMMAND", "LD_PRELOAD"} {
+		fmt.Printf("%s allowed: %v\n", name, p.CheckEnv(map[string]string{name: "x"}) == nil)
+	}
+	// Output:
+	// LC_ALL allowed: true
+	// MYAPP_MODE allowed: true
+	// GIT_SSH_COMMAND allowed: false
+	// LD_PRELOAD allowed: false
+}

@@ -49,6 +49,11 @@ type Policy struct {
 	// DefaultWorkdir is the workdir of a job that names none; empty means a
 	// private scratch directory per run.
 	DefaultWorkdir string `json:"defaultWorkdir,omitempty"`
+	// EnvAllow adds to DefaultEnvAllow the environment variables a job may
+	// set: names, name prefixes followed by "*" ("MYAPP_*"), or "*" for
+	// every name. Any other override is refused in every mode and on both
+	// hosts, and so are the names EnvRefusal refuses, listed or not.
+	EnvAllow []string `json:"envAllow,omitempty"`
 
 	// The constructs below are refused outright in allowlist mode. Allowing
 	// one lets a command that uses it go to a person for approval (ask
@@ -128,6 +133,11 @@ func (p *Policy) Validate() error {
 	if p.DefaultWorkdir != "" && !cleanAbs(p.DefaultWorkdir) {
 		return fmt.Errorf("shell policy: default workdir %q is not a clean absolute path", p.DefaultWorkdir)
 	}
+	for _, e := range p.EnvAllow {
+		if err := validEnvPattern(e); err != nil {
+			return fmt.Errorf("shell policy: envAllow entry %q: %w", e, err)
+		}
+	}
 	return nil
 }
 
@@ -145,6 +155,7 @@ func Effective(worker Policy, job *Input) Policy {
 	p.SafeBins = slices.Clone(worker.SafeBins)
 	p.Path = slices.Clone(worker.Path)
 	p.WorkdirRoots = slices.Clone(worker.WorkdirRoots)
+	p.EnvAllow = slices.Clone(worker.EnvAllow)
 	if p.Security == "" {
 		p.Security = DefaultSecurity(host)
 	}
