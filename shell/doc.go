@@ -27,8 +27,11 @@
 // command position, and PATH, LD_* or DYLD_* assignments are refused
 // outright unless the policy allows them, and then they still need a
 // person. Wrappers (env, sh -c, xargs, nice, timeout, sudo, …) never pass on
-// their own. An allowed command runs as a script rebuilt from its resolved
-// argv, so what runs is what was checked.
+// their own, and an allowlisted binary misses when its arguments make it run
+// another program (git -c, tar --to-command, find -exec, sed's e command,
+// make, npm run, …) unless the worker's Policy.ArgAllow waives that rule
+// for it (ArgRuleNames lists the rules). An allowed command runs as a script
+// rebuilt from its resolved argv, so what runs is what was checked.
 //
 // Environment overrides pass only when DefaultEnvAllow or the worker's
 // Policy.EnvAllow lists them (Policy.CheckEnv), on every host and in every

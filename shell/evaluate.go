@@ -171,8 +171,10 @@ var evalBuiltins = map[string]bool{
 	"let": true, "mapfile": true, "readarray": true, "coproc": true,
 }
 
-// wrappers run another command given in their arguments; they never pass on
-// their own: an allowlist entry for one would launder anything.
+// wrappers run another command given in their arguments (or are
+// interpreters); they never pass on their own: an allowlist entry for one
+// would launder anything. Binaries that can run other programs only with
+// some arguments have an argument rule instead (argRules).
 var wrappers = map[string]bool{
 	"env": true, "sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "mksh": true,
 	"fish": true, "csh": true, "tcsh": true, "busybox": true, "xargs": true, "nice": true,
@@ -180,10 +182,10 @@ var wrappers = map[string]bool{
 	"setsid": true, "stdbuf": true, "chroot": true, "unshare": true, "nsenter": true,
 	"flock": true, "ionice": true, "taskset": true, "chrt": true, "prlimit": true,
 	"numactl": true, "strace": true, "ltrace": true, "gdb": true, "time": true, "watch": true,
-	"script": true, "parallel": true, "ssh": true, "systemd-run": true, "bwrap": true,
-	"firejail": true, "find": true, "awk": true, "gawk": true, "mawk": true, "nawk": true,
+	"script": true, "parallel": true, "systemd-run": true, "bwrap": true,
+	"firejail": true, "awk": true, "gawk": true, "mawk": true, "nawk": true,
 	"perl": true, "python": true, "python3": true, "ruby": true, "node": true,
-	"php": true, "lua": true, "tclsh": true, "expect": true, "make": true,
+	"php": true, "lua": true, "tclsh": true, "expect": true, "toybox": true,
 	"faketime": true, "catchsegv": true, "valgrind": true, "pkexec": true, "sg": true,
 	"newgrp": true, "setpriv": true, "capsh": true, "ld.so": true, "tmux": true, "screen": true,
 }
@@ -204,7 +206,8 @@ func isWrapper(base string) bool {
 type analysis struct {
 	p         *Policy
 	allow     map[string]bool
-	safe      map[string]string // resolved path → safe-bin name
+	argAllow  map[string]map[string]bool // resolved path → waived argument rules
+	safe      map[string]string          // resolved path → safe-bin name
 	refusals  []string
 	misses    []string
 	argv      [][]string
@@ -218,10 +221,18 @@ type analysis struct {
 func newAnalysis(p *Policy) *analysis {
 	a := &analysis{
 		p: p, allow: map[string]bool{}, safe: map[string]string{}, canonical: true,
-		looked: map[string]string{}, real: map[string]string{},
+		looked: map[string]string{}, real: map[string]string{}, argAllow: map[string]map[string]bool{},
 	}
 	for _, e := range p.Allowlist {
 		a.allow[e] = true
+	}
+	for _, w := range p.ArgAllow {
+		if a.argAllow[w.Path] == nil {
+			a.argAllow[w.Path] = map[string]bool{}
+		}
+		for _, r := range w.Rules {
+			a.argAllow[w.Path][r] = true
+		}
 	}
 	for _, s := range p.SafeBins {
 		if filepath.IsAbs(s) {
@@ -465,6 +476,12 @@ func (a *analysis) call(b *strings.Builder, c *syntax.CallExpr) {
 	case isWrapper(base) || isWrapper(realBase) || evalBuiltins[base]:
 		a.miss(fmt.Sprintf("%s runs another command; its inner command is not checked", resolved))
 	case a.allow[resolved]:
+		if !literalArgs {
+			break // already a miss
+		}
+		for _, h := range argHits(base, realBase, argv[1:], a.argAllow[resolved]) {
+			a.miss(fmt.Sprintf("%s: %s (argument rule %q; an operator can allow it with argAllow)", resolved, h.why, h.rule))
+		}
 	case a.safe[resolved] != "":
 		if !literalArgs {
 			a.unlisted = appendUnique(a.unlisted, resolved)

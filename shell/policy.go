@@ -54,6 +54,10 @@ type Policy struct {
 	// every name. Any other override is refused in every mode and on both
 	// hosts, and so are the names EnvRefusal refuses, listed or not.
 	EnvAllow []string `json:"envAllow,omitempty"`
+	// ArgAllow waives built-in argument rules for allowlisted binaries:
+	// by default an allowlisted binary misses when its arguments make it
+	// run another program (git -c, tar --to-command, find -exec, make, …).
+	ArgAllow []ArgAllow `json:"argAllow,omitempty"`
 
 	// The constructs below are refused outright in allowlist mode. Allowing
 	// one lets a command that uses it go to a person for approval (ask
@@ -116,7 +120,9 @@ func (p *Policy) Validate() error {
 		if s == "" || strings.Contains(s, "/") && !cleanAbs(s) {
 			return fmt.Errorf("shell policy: safe bin %q: want a name or a clean absolute path", s)
 		}
-		if isWrapper(filepath.Base(s)) || evalBuiltins[filepath.Base(s)] {
+		base := filepath.Base(s)
+		_, profiled := safeProfiles[base]
+		if isWrapper(base) || evalBuiltins[base] || hasArgRules(base) && !profiled {
 			return fmt.Errorf("shell policy: %q runs other commands and cannot be a safe bin", s)
 		}
 	}
@@ -132,6 +138,11 @@ func (p *Policy) Validate() error {
 	}
 	if p.DefaultWorkdir != "" && !cleanAbs(p.DefaultWorkdir) {
 		return fmt.Errorf("shell policy: default workdir %q is not a clean absolute path", p.DefaultWorkdir)
+	}
+	for _, w := range p.ArgAllow {
+		if err := validateArgAllow(w); err != nil {
+			return fmt.Errorf("shell policy: argAllow: %w", err)
+		}
 	}
 	for _, e := range p.EnvAllow {
 		if err := validEnvPattern(e); err != nil {
@@ -156,6 +167,7 @@ func Effective(worker Policy, job *Input) Policy {
 	p.Path = slices.Clone(worker.Path)
 	p.WorkdirRoots = slices.Clone(worker.WorkdirRoots)
 	p.EnvAllow = slices.Clone(worker.EnvAllow)
+	p.ArgAllow = slices.Clone(worker.ArgAllow)
 	if p.Security == "" {
 		p.Security = DefaultSecurity(host)
 	}
