@@ -45,6 +45,9 @@
 // (SignDecision); VerifyDecision accepts it only when it is signed by a
 // trusted approver key, names this approval and this exact plan hash, and
 // the approval has not expired. Deciding once (CAS) is the bus layer's job.
+// An "always" approval adds AlwaysEntries: each approved simple command as
+// an exact allowlist entry (the binary with exactly those arguments), never
+// the whole binary; wrappers and argument-rule hits still ask every time.
 //
 // # Runner
 //

@@ -205,7 +205,8 @@ func isWrapper(base string) bool {
 
 type analysis struct {
 	p         *Policy
-	allow     map[string]bool
+	allow     map[string]bool            // binaries allowed with any arguments
+	exact     map[string][][]string      // binaries allowed with exactly these arguments
 	argAllow  map[string]map[string]bool // resolved path → waived argument rules
 	safe      map[string]string          // resolved path → safe-bin name
 	refusals  []string
@@ -222,9 +223,18 @@ func newAnalysis(p *Policy) *analysis {
 	a := &analysis{
 		p: p, allow: map[string]bool{}, safe: map[string]string{}, canonical: true,
 		looked: map[string]string{}, real: map[string]string{}, argAllow: map[string]map[string]bool{},
+		exact: map[string][][]string{},
 	}
 	for _, e := range p.Allowlist {
-		a.allow[e] = true
+		ent, err := parseAllowEntry(e)
+		switch {
+		case err != nil:
+			// Validate refuses it; an entry that does not parse allows nothing.
+		case ent.any:
+			a.allow[ent.path] = true
+		default:
+			a.exact[ent.path] = append(a.exact[ent.path], ent.args)
+		}
 	}
 	for _, w := range p.ArgAllow {
 		if a.argAllow[w.Path] == nil {
@@ -475,7 +485,7 @@ func (a *analysis) call(b *strings.Builder, c *syntax.CallExpr) {
 	switch {
 	case isWrapper(base) || isWrapper(realBase) || evalBuiltins[base]:
 		a.miss(fmt.Sprintf("%s runs another command; its inner command is not checked", resolved))
-	case a.allow[resolved]:
+	case a.allow[resolved] || literalArgs && a.allowed(resolved, argv[1:]):
 		if !literalArgs {
 			break // already a miss
 		}

@@ -28,8 +28,11 @@ type Policy struct {
 	// Ask is when to ask a person; empty means on-miss.
 	Ask Ask `json:"ask,omitempty"`
 	// Allowlist holds absolute paths of binaries that may run with any
-	// arguments. Matching is on the path resolved through Path, never on a
-	// base name.
+	// arguments ("/usr/bin/ls"), and command lines of fixed words that
+	// allow exactly that argv ("/usr/bin/git status", "'/usr/bin/date'";
+	// an entry with whitespace, a quote or a backslash is a command line).
+	// Matching is on the path resolved through Path, never on a base name.
+	// Argument rules apply to both kinds (see ArgAllow).
 	Allowlist []string `json:"allowlist,omitempty"`
 	// SafeBins are stdin-only binaries (names resolved through Path, or
 	// absolute paths) that may run without an allowlist entry as long as
@@ -76,16 +79,17 @@ type Policy struct {
 	AllowDynamicCommand bool `json:"allowDynamicCommand,omitempty"`
 }
 
-// WithAllowed returns a copy of p with bins added to the allowlist: what an
-// "approve --always" decision does with Approval.Unlisted. Entries that are
-// not clean absolute paths, wrappers or duplicates are left out.
-func (p Policy) WithAllowed(bins ...string) Policy {
+// WithAllowed returns a copy of p with entries added to the allowlist:
+// what an "approve --always" decision does with AlwaysEntries. Entries
+// that do not parse, name a wrapper, or are there already are left out.
+func (p Policy) WithAllowed(entries ...string) Policy {
 	p.Allowlist = slices.Clone(p.Allowlist)
-	for _, b := range bins {
-		if !cleanAbs(b) || isWrapper(filepath.Base(b)) || slices.Contains(p.Allowlist, b) {
+	for _, e := range entries {
+		ent, err := parseAllowEntry(e)
+		if err != nil || isWrapper(filepath.Base(ent.path)) || slices.Contains(p.Allowlist, e) {
 			continue
 		}
-		p.Allowlist = append(p.Allowlist, b)
+		p.Allowlist = append(p.Allowlist, e)
 	}
 	return p
 }
@@ -112,8 +116,8 @@ func (p *Policy) Validate() error {
 		return fmt.Errorf("shell policy: ask %q: want off, on-miss or always", p.Ask)
 	}
 	for _, a := range p.Allowlist {
-		if !cleanAbs(a) {
-			return fmt.Errorf("shell policy: allowlist entry %q is not a clean absolute path", a)
+		if _, err := parseAllowEntry(a); err != nil {
+			return fmt.Errorf("shell policy: allowlist entry %q: %w", clip(a), err)
 		}
 	}
 	for _, s := range p.SafeBins {
