@@ -281,7 +281,7 @@ func optSpec(t *optTable) *argSpec {
 func subcommands(rule, why string, safe map[string]func(rest []string) bool) *argSpec {
 	return &argSpec{rules: []string{rule}, check: func(args []string) []argHit {
 		if len(args) > 0 {
-			if ok, known := safe[args[0]]; known && (ok == nil || ok(args[1:])) {
+			if rest, known := safe[args[0]]; known && (rest == nil || rest(args[1:])) {
 				return nil
 			}
 		}

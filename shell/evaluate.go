@@ -37,7 +37,8 @@ type Decision struct {
 	// Binaries are the resolved absolute paths of the commands.
 	Binaries []string `json:"binaries,omitempty"`
 	// Unlisted are resolved binaries that were neither allowlisted nor
-	// accepted as safe bins: what an "approve --always" would add.
+	// accepted as safe bins. An "approve --always" adds their exact argvs,
+	// not the binaries (AlwaysEntries).
 	Unlisted []string `json:"unlisted,omitempty"`
 	// Script is the shell text to run. When every command resolved to a
 	// literal argv it is rebuilt from Argv (absolute paths, single-quoted
