@@ -35,7 +35,7 @@ func newSeed(t *testing.T, create func() (nkeys.KeyPair, error)) ([]byte, string
 func setupApproval(t *testing.T) *approvalBundle {
 	t.Helper()
 	pb := setupPolicy(t)
-	in := &Input{Command: "rm -rf build && ls", Workdir: pb.work, Env: map[string]string{"A": "1"}}
+	in := &Input{Command: "rm -rf build && ls", Workdir: pb.work, Env: map[string]string{"TZ": "UTC"}}
 	in.ApplyDefaults()
 	d := Evaluate(pb.policy, in)
 	require.Equal(t, NeedsApproval, d.Outcome, d.Reason)

@@ -27,12 +27,16 @@
 // command position, and PATH, LD_* or DYLD_* assignments are refused
 // outright unless the policy allows them, and then they still need a
 // person. Wrappers (env, sh -c, xargs, nice, timeout, sudo, …) never pass on
-// their own. An allowed command runs as a script rebuilt from its resolved
-// argv, so what runs is what was checked.
+// their own, and an allowlisted binary misses when its arguments make it run
+// another program (git -c, tar --to-command, find -exec, sed's e command,
+// make, npm run, …) unless the worker's Policy.ArgAllow waives that rule
+// for it (ArgRuleNames lists the rules). An allowed command runs as a script
+// rebuilt from its resolved argv, so what runs is what was checked.
 //
-// Environment overrides of PATH (any case), LD_*, DYLD_* and other
-// loader or shell-startup variables are refused on every host and in every
-// mode, full included.
+// Environment overrides pass only when DefaultEnvAllow or the worker's
+// Policy.EnvAllow lists them (Policy.CheckEnv), on every host and in every
+// mode, full included. PATH (any case), LD_*, DYLD_* and other loader or
+// shell-startup variables (EnvRefusal) are refused even when listed.
 //
 // # Approvals
 //
@@ -41,6 +45,9 @@
 // (SignDecision); VerifyDecision accepts it only when it is signed by a
 // trusted approver key, names this approval and this exact plan hash, and
 // the approval has not expired. Deciding once (CAS) is the bus layer's job.
+// An "always" approval adds AlwaysEntries: each approved simple command as
+// an exact allowlist entry (the binary with exactly those arguments), never
+// the whole binary; wrappers and argument-rule hits still ask every time.
 //
 // # Runner
 //

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 
 	"mvdan.cc/sh/v3/syntax"
@@ -38,7 +37,8 @@ type Decision struct {
 	// Binaries are the resolved absolute paths of the commands.
 	Binaries []string `json:"binaries,omitempty"`
 	// Unlisted are resolved binaries that were neither allowlisted nor
-	// accepted as safe bins: what an "approve --always" would add.
+	// accepted as safe bins. An "approve --always" adds their exact argvs,
+	// not the binaries (AlwaysEntries).
 	Unlisted []string `json:"unlisted,omitempty"`
 	// Script is the shell text to run. When every command resolved to a
 	// literal argv it is rebuilt from Argv (absolute paths, single-quoted
@@ -106,18 +106,8 @@ func Evaluate(p Policy, in *Input) Decision {
 	if in.Elevated {
 		return deny("elevated mode is not available")
 	}
-	keys := make([]string, 0, len(in.Env))
-	for k := range in.Env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if !validEnvName(k) {
-			return deny("env name %q is not valid", clip(k))
-		}
-		if r := EnvRefusal(k); r != "" {
-			return deny("%s", r)
-		}
+	if why := p.envRefusal(in.Env); why != "" {
+		return deny("%s", why)
 	}
 	wd, why := p.resolveWorkdir(in.Workdir)
 	if why != "" {
@@ -182,8 +172,10 @@ var evalBuiltins = map[string]bool{
 	"let": true, "mapfile": true, "readarray": true, "coproc": true,
 }
 
-// wrappers run another command given in their arguments; they never pass on
-// their own: an allowlist entry for one would launder anything.
+// wrappers run another command given in their arguments (or are
+// interpreters); they never pass on their own: an allowlist entry for one
+// would launder anything. Binaries that can run other programs only with
+// some arguments have an argument rule instead (argRules).
 var wrappers = map[string]bool{
 	"env": true, "sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "mksh": true,
 	"fish": true, "csh": true, "tcsh": true, "busybox": true, "xargs": true, "nice": true,
@@ -191,10 +183,10 @@ var wrappers = map[string]bool{
 	"setsid": true, "stdbuf": true, "chroot": true, "unshare": true, "nsenter": true,
 	"flock": true, "ionice": true, "taskset": true, "chrt": true, "prlimit": true,
 	"numactl": true, "strace": true, "ltrace": true, "gdb": true, "time": true, "watch": true,
-	"script": true, "parallel": true, "ssh": true, "systemd-run": true, "bwrap": true,
-	"firejail": true, "find": true, "awk": true, "gawk": true, "mawk": true, "nawk": true,
+	"script": true, "parallel": true, "systemd-run": true, "bwrap": true,
+	"firejail": true, "awk": true, "gawk": true, "mawk": true, "nawk": true,
 	"perl": true, "python": true, "python3": true, "ruby": true, "node": true,
-	"php": true, "lua": true, "tclsh": true, "expect": true, "make": true,
+	"php": true, "lua": true, "tclsh": true, "expect": true, "toybox": true,
 	"faketime": true, "catchsegv": true, "valgrind": true, "pkexec": true, "sg": true,
 	"newgrp": true, "setpriv": true, "capsh": true, "ld.so": true, "tmux": true, "screen": true,
 }
@@ -214,8 +206,10 @@ func isWrapper(base string) bool {
 
 type analysis struct {
 	p         *Policy
-	allow     map[string]bool
-	safe      map[string]string // resolved path → safe-bin name
+	allow     map[string]bool            // binaries allowed with any arguments
+	exact     map[string][][]string      // binaries allowed with exactly these arguments
+	argAllow  map[string]map[string]bool // resolved path → waived argument rules
+	safe      map[string]string          // resolved path → safe-bin name
 	refusals  []string
 	misses    []string
 	argv      [][]string
@@ -229,10 +223,27 @@ type analysis struct {
 func newAnalysis(p *Policy) *analysis {
 	a := &analysis{
 		p: p, allow: map[string]bool{}, safe: map[string]string{}, canonical: true,
-		looked: map[string]string{}, real: map[string]string{},
+		looked: map[string]string{}, real: map[string]string{}, argAllow: map[string]map[string]bool{},
+		exact: map[string][][]string{},
 	}
 	for _, e := range p.Allowlist {
-		a.allow[e] = true
+		ent, err := parseAllowEntry(e)
+		switch {
+		case err != nil:
+			// Validate refuses it; an entry that does not parse allows nothing.
+		case ent.any:
+			a.allow[ent.path] = true
+		default:
+			a.exact[ent.path] = append(a.exact[ent.path], ent.args)
+		}
+	}
+	for _, w := range p.ArgAllow {
+		if a.argAllow[w.Path] == nil {
+			a.argAllow[w.Path] = map[string]bool{}
+		}
+		for _, r := range w.Rules {
+			a.argAllow[w.Path][r] = true
+		}
 	}
 	for _, s := range p.SafeBins {
 		if filepath.IsAbs(s) {
@@ -475,7 +486,13 @@ func (a *analysis) call(b *strings.Builder, c *syntax.CallExpr) {
 	switch {
 	case isWrapper(base) || isWrapper(realBase) || evalBuiltins[base]:
 		a.miss(fmt.Sprintf("%s runs another command; its inner command is not checked", resolved))
-	case a.allow[resolved]:
+	case a.allow[resolved] || literalArgs && a.allowed(resolved, argv[1:]):
+		if !literalArgs {
+			break // already a miss
+		}
+		for _, h := range argHits(base, realBase, argv[1:], a.argAllow[resolved]) {
+			a.miss(fmt.Sprintf("%s: %s (argument rule %q; an operator can allow it with argAllow)", resolved, h.why, h.rule))
+		}
 	case a.safe[resolved] != "":
 		if !literalArgs {
 			a.unlisted = appendUnique(a.unlisted, resolved)

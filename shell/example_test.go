@@ -41,3 +41,32 @@ func ExampleEnvRefusal() {
 	// DYLD_INSERT_LIBRARIES refused: true
 	// GOFLAGS refused: false
 }
+
+func ExamplePolicy_CheckEnv() {
+	p := shell.Policy{EnvAllow: []string{"MYAPP_*"}}
+	for _, name := range []string{"LC_ALL", "MYAPP_MODE", "GIT_SSH_COMMAND", "LD_PRELOAD"} {
+		fmt.Printf("%s allowed: %v\n", name, p.CheckEnv(map[string]string{name: "x"}) == nil)
+	}
+	// Output:
+	// LC_ALL allowed: true
+	// MYAPP_MODE allowed: true
+	// GIT_SSH_COMMAND allowed: false
+	// LD_PRELOAD allowed: false
+}
+
+func ExampleAlwaysEntries() {
+	worker := shell.Policy{Security: shell.SecurityAllowlist, Allowlist: []string{"/usr/bin/git"}, Path: []string{"/usr/bin"}}
+	plan := &shell.Plan{Argv: [][]string{
+		{"/usr/bin/grep", "root", "/etc/passwd"},
+		{"/usr/bin/git", "-c", "core.pager=less", "log"},
+	}}
+	always := shell.AlwaysEntries(worker, plan)
+	fmt.Println(always)
+	fmt.Println(len(worker.WithAllowed(always.Entries...).Allowlist))
+	// Output:
+	// always allow exactly (the same binary with the same arguments):
+	//   '/usr/bin/grep' root /etc/passwd
+	// still ask every time:
+	//   /usr/bin/git -c core.pager=less log: argument rule "git -c"
+	// 2
+}

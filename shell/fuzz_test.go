@@ -49,6 +49,7 @@ func FuzzEvaluate(f *testing.F) {
 		"echo \"a\\$b\" 'c'\"'\"'d'", "! ls", "ls > x", "ls 2>&1", "{ ls; }", "if ls; then ls; fi",
 		"echo $'\\x41'", "ls\\\n-la", "ls # $(id)", "echo ${a:-$(id)}", "ls &", "time ls", "a=1 ls",
 		"echo \"$(\"", "cat | jq --arg a b .", "head -5", "ls -- -rf", "echo '\n'", "echo \\'",
+		"cat | sort -u -", "find . -exec rm {} +", "git -c core.pager=x log", "tar -xf x --to-command=sh", "sed e",
 	} {
 		f.Add(s)
 	}

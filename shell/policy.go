@@ -28,8 +28,11 @@ type Policy struct {
 	// Ask is when to ask a person; empty means on-miss.
 	Ask Ask `json:"ask,omitempty"`
 	// Allowlist holds absolute paths of binaries that may run with any
-	// arguments. Matching is on the path resolved through Path, never on a
-	// base name.
+	// arguments ("/usr/bin/ls"), and command lines of fixed words that
+	// allow exactly that argv ("/usr/bin/git status", "'/usr/bin/date'";
+	// an entry with whitespace, a quote or a backslash is a command line).
+	// Matching is on the path resolved through Path, never on a base name.
+	// Argument rules apply to both kinds (see ArgAllow).
 	Allowlist []string `json:"allowlist,omitempty"`
 	// SafeBins are stdin-only binaries (names resolved through Path, or
 	// absolute paths) that may run without an allowlist entry as long as
@@ -49,6 +52,15 @@ type Policy struct {
 	// DefaultWorkdir is the workdir of a job that names none; empty means a
 	// private scratch directory per run.
 	DefaultWorkdir string `json:"defaultWorkdir,omitempty"`
+	// EnvAllow adds to DefaultEnvAllow the environment variables a job may
+	// set: names, name prefixes followed by "*" ("MYAPP_*"), or "*" for
+	// every name. Any other override is refused in every mode and on both
+	// hosts, and so are the names EnvRefusal refuses, listed or not.
+	EnvAllow []string `json:"envAllow,omitempty"`
+	// ArgAllow waives built-in argument rules for allowlisted binaries:
+	// by default an allowlisted binary misses when its arguments make it
+	// run another program (git -c, tar --to-command, find -exec, make, …).
+	ArgAllow []ArgAllow `json:"argAllow,omitempty"`
 
 	// The constructs below are refused outright in allowlist mode. Allowing
 	// one lets a command that uses it go to a person for approval (ask
@@ -67,16 +79,17 @@ type Policy struct {
 	AllowDynamicCommand bool `json:"allowDynamicCommand,omitempty"`
 }
 
-// WithAllowed returns a copy of p with bins added to the allowlist: what an
-// "approve --always" decision does with Approval.Unlisted. Entries that are
-// not clean absolute paths, wrappers or duplicates are left out.
-func (p Policy) WithAllowed(bins ...string) Policy {
+// WithAllowed returns a copy of p with entries added to the allowlist:
+// what an "approve --always" decision does with AlwaysEntries. Entries
+// that do not parse, name a wrapper, or are there already are left out.
+func (p Policy) WithAllowed(entries ...string) Policy {
 	p.Allowlist = slices.Clone(p.Allowlist)
-	for _, b := range bins {
-		if !cleanAbs(b) || isWrapper(filepath.Base(b)) || slices.Contains(p.Allowlist, b) {
+	for _, e := range entries {
+		ent, err := parseAllowEntry(e)
+		if err != nil || isWrapper(filepath.Base(ent.path)) || slices.Contains(p.Allowlist, e) {
 			continue
 		}
-		p.Allowlist = append(p.Allowlist, b)
+		p.Allowlist = append(p.Allowlist, e)
 	}
 	return p
 }
@@ -103,15 +116,17 @@ func (p *Policy) Validate() error {
 		return fmt.Errorf("shell policy: ask %q: want off, on-miss or always", p.Ask)
 	}
 	for _, a := range p.Allowlist {
-		if !cleanAbs(a) {
-			return fmt.Errorf("shell policy: allowlist entry %q is not a clean absolute path", a)
+		if _, err := parseAllowEntry(a); err != nil {
+			return fmt.Errorf("shell policy: allowlist entry %q: %w", clip(a), err)
 		}
 	}
 	for _, s := range p.SafeBins {
 		if s == "" || strings.Contains(s, "/") && !cleanAbs(s) {
 			return fmt.Errorf("shell policy: safe bin %q: want a name or a clean absolute path", s)
 		}
-		if isWrapper(filepath.Base(s)) || evalBuiltins[filepath.Base(s)] {
+		base := filepath.Base(s)
+		_, profiled := safeProfiles[base]
+		if isWrapper(base) || evalBuiltins[base] || hasArgRules(base) && !profiled {
 			return fmt.Errorf("shell policy: %q runs other commands and cannot be a safe bin", s)
 		}
 	}
@@ -127,6 +142,16 @@ func (p *Policy) Validate() error {
 	}
 	if p.DefaultWorkdir != "" && !cleanAbs(p.DefaultWorkdir) {
 		return fmt.Errorf("shell policy: default workdir %q is not a clean absolute path", p.DefaultWorkdir)
+	}
+	for _, w := range p.ArgAllow {
+		if err := validateArgAllow(w); err != nil {
+			return fmt.Errorf("shell policy: argAllow: %w", err)
+		}
+	}
+	for _, e := range p.EnvAllow {
+		if err := validEnvPattern(e); err != nil {
+			return fmt.Errorf("shell policy: envAllow entry %q: %w", e, err)
+		}
 	}
 	return nil
 }
@@ -145,6 +170,8 @@ func Effective(worker Policy, job *Input) Policy {
 	p.SafeBins = slices.Clone(worker.SafeBins)
 	p.Path = slices.Clone(worker.Path)
 	p.WorkdirRoots = slices.Clone(worker.WorkdirRoots)
+	p.EnvAllow = slices.Clone(worker.EnvAllow)
+	p.ArgAllow = slices.Clone(worker.ArgAllow)
 	if p.Security == "" {
 		p.Security = DefaultSecurity(host)
 	}

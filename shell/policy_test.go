@@ -98,7 +98,7 @@ func TestEvaluateAllowlist(t *testing.T) {
 		{cmd: "cat | jq --arg x 1 '.[$x]'", want: Allow},
 		{cmd: "cat | tr a-z A-Z", want: Allow},
 		{cmd: "cat | head -5 | tail -n2", want: Allow},
-		{cmd: "cat | cut -d, -f1 | sort -u -", want: Allow},
+		{cmd: "cat | cut -d, -f1 | sort -u", want: Allow},
 		{cmd: "ls # $(rm -rf /) ; eval x", want: Allow},
 		{cmd: "[ -f x ]", want: NeedsApproval, reason: "not found"}, // no [ on the test PATH
 
@@ -124,6 +124,8 @@ func TestEvaluateAllowlist(t *testing.T) {
 		{cmd: "ls; rm x", want: NeedsApproval, reason: "rm"},
 		{cmd: "ls || rm x", want: NeedsApproval, reason: "rm"},
 		{cmd: "ls | rm", want: NeedsApproval, reason: "rm"},
+		{cmd: "cat | sort -u -", want: NeedsApproval, reason: `operand "-"`},
+		{cmd: "cat | grep foo -", want: NeedsApproval, reason: `operand "-"`},
 		{cmd: "cat | sort -o out", want: NeedsApproval, reason: "-o"},
 		{cmd: "cat | sort --output=out", want: NeedsApproval, reason: "--output"},
 		{cmd: "cat | sort -T /tmp", want: NeedsApproval, reason: "-T"},
@@ -309,7 +311,8 @@ func TestEvaluateModes(t *testing.T) {
 		{name: "full refuses env DYLD", policy: with(func(p *Policy) { p.Security = SecurityFull }), in: Input{Command: "ls", Env: map[string]string{"DYLD_INSERT_LIBRARIES": "x"}}, want: Deny},
 		{name: "sandbox refuses env LD_AUDIT", policy: b.policy, in: Input{Command: "ls", Host: HostSandbox, Env: map[string]string{"LD_AUDIT": "x"}}, want: Deny},
 		{name: "env BASH_ENV refused", policy: b.policy, in: Input{Command: "ls", Env: map[string]string{"BASH_ENV": "/tmp/x"}}, want: Deny},
-		{name: "plain env accepted", policy: b.policy, in: Input{Command: "ls", Env: map[string]string{"FOO": "bar"}}, want: Allow},
+		{name: "allowlisted env accepted", policy: b.policy, in: Input{Command: "ls", Env: map[string]string{"TZ": "UTC"}}, want: Allow},
+		{name: "unlisted env refused", policy: b.policy, in: Input{Command: "ls", Env: map[string]string{"FOO": "bar"}}, want: Deny, reason: "env.FOO"},
 		{name: "worker host refused", policy: with(func(p *Policy) { p.AllowWorkerHost = false }), in: Input{Command: "ls", Host: HostWorker}, want: Deny, reason: "host=worker"},
 		{name: "worker host allowed", policy: b.policy, in: Input{Command: "ls", Host: HostWorker}, want: Allow},
 		{name: "job security applied even without Effective", policy: with(func(p *Policy) { p.Security = SecurityFull }), in: Input{Command: "rm x", Security: SecurityAllowlist}, want: NeedsApproval},
@@ -411,11 +414,26 @@ func TestPolicyValidate(t *testing.T) {
 		{Path: []string{"bin"}},
 		{WorkdirRoots: []string{"work"}},
 		{DefaultWorkdir: "rel"},
+		{EnvAllow: []string{""}},
+		{EnvAllow: []string{"1A"}},
+		{EnvAllow: []string{"A*B"}},
+		{EnvAllow: []string{"*A"}},
+		{EnvAllow: []string{"A-B"}},
+		{EnvAllow: []string{"PATH"}},
+		{EnvAllow: []string{"path"}},
+		{EnvAllow: []string{"LD_PRELOAD"}},
+		{EnvAllow: []string{"LD_*"}},
+		{EnvAllow: []string{"DYLD_*"}},
+		{EnvAllow: []string{"BASH_ENV"}},
+		{EnvAllow: []string{"BASH_FUNC_*"}},
 	}
 	for _, p := range bad {
 		require.Error(t, p.Validate(), "%+v", p)
 	}
-	good := Policy{Security: SecurityAllowlist, Allowlist: []string{"/usr/bin/ls"}, SafeBins: []string{"grep", "/usr/bin/wc"}}
+	good := Policy{
+		Security: SecurityAllowlist, Allowlist: []string{"/usr/bin/ls"}, SafeBins: []string{"grep", "/usr/bin/wc"},
+		EnvAllow: []string{"GIT_SSH_COMMAND", "MYAPP_*", "L*", "*"},
+	}
 	require.NoError(t, good.Validate())
 }
 

@@ -113,16 +113,19 @@ var safeProfiles = map[string]binProfile{
 }
 
 // checkSafeArgs returns why args would make the safe bin named base leave
-// stdin-only use, or "".
+// stdin-only use, or "". A bare "-" operand is refused like any file
+// operand: it is not always stdin (GNU tee writes a file named "-"), and a
+// safe bin reads stdin without one.
 func checkSafeArgs(base string, args []string) string {
 	prof, ok := safeProfiles[base]
 	if !ok {
-		for _, a := range args {
-			if a != "-" {
-				return fmt.Sprintf("no argument profile, so no arguments are accepted (got %q)", clip(a))
-			}
+		switch {
+		case len(args) == 0:
+			return ""
+		case args[0] == "-":
+			return dashOperand
 		}
-		return ""
+		return fmt.Sprintf("no argument profile, so no arguments are accepted (got %q)", clip(args[0]))
 	}
 	operands := 0
 	maxOperands := prof.operands
@@ -130,10 +133,9 @@ func checkSafeArgs(base string, args []string) string {
 	for i := 0; i < len(args); i++ {
 		arg := args[i]
 		switch {
-		case !options || arg == "-" || !strings.HasPrefix(arg, "-"):
-			if arg == "-" {
-				continue
-			}
+		case arg == "-":
+			return dashOperand
+		case !options || !strings.HasPrefix(arg, "-"):
 			operands++
 			if operands > prof.operands {
 				return fmt.Sprintf("operand %q would be read as a file", clip(arg))
@@ -194,6 +196,8 @@ func checkSafeArgs(base string, args []string) string {
 	}
 	return ""
 }
+
+const dashOperand = `operand "-" is refused: it names a file for some programs, and stdin needs no operand`
 
 func containsStr(s []string, v string) bool {
 	for _, x := range s {

@@ -114,7 +114,7 @@ func (s *ShellExec) apply(ctx context.Context, rec *Record, decided func()) erro
 		return nil
 	}
 	if d.Always {
-		if err := s.allow(ctx, a.Unlisted); err != nil {
+		if err := s.allow(ctx, shell.AlwaysEntries(s.cfg.Policy, &a.Plan).Entries); err != nil {
 			return err
 		}
 	}

@@ -376,12 +376,14 @@ func TestApproveAlwaysAllowlists(t *testing.T) {
 	require.NoError(t, err)
 	pol, err := shellexec.DecodePolicy(e.Value())
 	require.NoError(t, err)
-	require.Equal(t, []string{"/usr/bin/seq"}, pol.Allowlist)
+	require.Equal(t, []string{"'/usr/bin/seq' 2"}, pol.Allowlist, "the exact argv, not the whole binary")
 
-	// The same command now runs without a person.
+	// The same command now runs without a person; seq with other arguments
+	// still asks.
 	next := b.exec(t, map[string]any{"command": "seq 2"})
 	require.Equal(t, "1\n2\n", runResult(t, b.await(t, next.Session, next.ID, true)).Stdout)
 	require.Len(t, b.events(t, next.Session, next.ID), 1)
+	b.pending(t, map[string]any{"command": "seq 3"})
 }
 
 func TestSharedPolicyOnlyTightens(t *testing.T) {

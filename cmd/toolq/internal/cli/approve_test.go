@@ -86,9 +86,11 @@ func TestApproveAndDenyCommands(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "already approved")
 
-	// --always allowlisted uname; another command is denied by a person.
-	code, _, errOut = run(t, "--nats", url, "submit", "--tool", "exec", "--input", `{"command":"uname -r"}`, "--wait")
+	// --always allowlisted exactly "uname -s" (not uname with other
+	// arguments); another command is denied by a person.
+	code, _, errOut = run(t, "--nats", url, "submit", "--tool", "exec", "--input", `{"command":"uname -s"}`, "--wait")
 	require.Equal(t, 0, code, errOut)
+	pendingID(t, url, "uname -r")
 	id = pendingID(t, url, "id -u")
 	code, out, errOut = run(t, "--nats", url, "deny", id, "--seed-file", seed, "--reason", "no")
 	require.Equal(t, 0, code, errOut)
