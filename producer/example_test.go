@@ -99,20 +99,17 @@ func ExampleProducer_SubmitCode() {
 	// A worker with code mode and the builtin tools (noop among them).
 	wnc, _ := srv.Connect()
 	defer wnc.Close()
-	w, _ := worker.New(wnc, &worker.Config{Logger: quiet})
+	w, _ := worker.New(wnc, &worker.Config{Logger: quiet, Builtins: true})
 	engine, err := sandbox.NewEngine(ctx, &sandbox.EngineConfig{SnapshotKey: []byte("example key: use 32 random bytes")})
 	if err != nil {
 		panic(err)
 	}
 	defer engine.Close(ctx)
-	cm, err := codemode.Register(w, wnc, &codemode.Config{Engine: engine, Logger: quiet})
-	if err != nil {
+	// Code mode becomes the worker's extension: w.Start starts it first,
+	// w.Stop stops it last.
+	if _, err := codemode.Register(w, wnc, &codemode.Config{Engine: engine, Logger: quiet}); err != nil {
 		panic(err)
 	}
-	if err := cm.Start(ctx); err != nil {
-		panic(err)
-	}
-	defer func() { _ = cm.Stop(ctx) }()
 	if err := w.Start(ctx); err != nil {
 		panic(err)
 	}
