@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolq/toolq/contracts"
@@ -75,7 +76,7 @@ func Example_readme() {
 	}
 	defer srv.Stop()
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	key := []byte("readme example key: 32 bytes, ok")
 	wnc, err := srv.Connect()
@@ -87,6 +88,11 @@ func Example_readme() {
 	wctx, stopWorker := context.WithCancel(ctx)
 	served := make(chan error, 1)
 	go func() { served <- readmeWorker(wctx, wnc, key) }()
+	// A requester needs toolq's streams, which the worker creates when it
+	// starts (as `toolq dev` does): wait until it serves "shout".
+	if err := waitForConsumer(ctx, wnc, "shout"); err != nil {
+		panic(err)
+	}
 
 	readmeRequester(ctx, srv.URL())
 	stopWorker()
@@ -96,6 +102,25 @@ func Example_readme() {
 	// Output:
 	// completed "HELLO"
 	// completed 42
+}
+
+// waitForConsumer polls the server until the durable consumer of tool exists.
+func waitForConsumer(ctx context.Context, nc *nats.Conn, tool string) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	s := contracts.Subjects{}
+	for {
+		if _, err := js.Consumer(ctx, s.JobsStream(), s.ConsumerName(tool)); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no worker serves %s: %w", tool, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // TestReadmeGoSnippets keeps the README honest: every Go block of README.md

@@ -178,7 +178,10 @@ func (p *Producer) Submit(ctx context.Context, tool string, input json.RawMessag
 	if job.Session == "" {
 		job.Session = p.cfg.Session
 	}
-	return job, p.SubmitJob(ctx, job, o.TraceParent)
+	if err := p.SubmitJob(ctx, job, o.TraceParent); err != nil {
+		return nil, err
+	}
+	return job, nil
 }
 
 // SubmitJob enqueues a fully built job, after validating it.
@@ -200,6 +203,10 @@ func (p *Producer) SubmitJob(ctx context.Context, job *contracts.Job, traceparen
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
 	if _, err := p.js.PublishMsg(ctx, msg, jetstream.WithMsgID(job.ID)); err != nil {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+			return fmt.Errorf("producer: submit %s: no stream takes %s (start a worker or `toolq dev` first, which create toolq's streams): %w",
+				job.ID, msg.Subject, err)
+		}
 		return fmt.Errorf("producer: submit %s: %w", job.ID, err)
 	}
 	return nil

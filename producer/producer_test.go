@@ -203,3 +203,17 @@ func TestAwaitDefaultTimeout(t *testing.T) {
 	_, err = producer.New(b.nc, &producer.Config{AwaitTimeout: -time.Second})
 	require.Error(t, err)
 }
+
+// A submit to a server without toolq's streams fails with a hint and hands
+// back no job, so a caller cannot go on to await a job that was never queued.
+func TestSubmitWithoutStreams(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartJetStream(t)
+	p, err := producer.New(srv.Connect(t), &producer.Config{Session: "p", Logger: quiet})
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	job, err := p.Submit(testutil.Context(t, 5*time.Second), "noop", nil, nil)
+	require.ErrorIs(t, err, jetstream.ErrNoStreamResponse)
+	require.ErrorContains(t, err, "start a worker or `toolq dev` first")
+	require.Nil(t, job)
+}
