@@ -91,8 +91,10 @@ func TestExecWireNames(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"exitCode":1,"stdout":"o","stderr":"e","stdoutTruncated":true,"stderrTruncated":true,"durationMs":5,"timedOut":true,"signal":"KILL"}`, string(b))
 
-	b, err = json.Marshal(contracts.ExecPendingResult{ApprovalID: "a", Command: "c", Argv: [][]string{{"x"}}, Workdir: "/w", Host: contracts.ExecHostWorker,
-		Reason: "r", Misses: []string{"m"}, Unlisted: []string{"u"}, Background: true, ExpiresAt: at, Hash: "h"})
+	b, err = json.Marshal(contracts.ExecPendingResult{
+		ApprovalID: "a", Command: "c", Argv: [][]string{{"x"}}, Workdir: "/w", Host: contracts.ExecHostWorker,
+		Reason: "r", Misses: []string{"m"}, Unlisted: []string{"u"}, Background: true, ExpiresAt: at, Hash: "h",
+	})
 	require.NoError(t, err)
 	require.JSONEq(t, `{"approvalId":"a","command":"c","argv":[["x"]],"workdir":"/w","host":"worker","reason":"r","misses":["m"],
 		"unlisted":["u"],"background":true,"expiresAt":"2025-01-02T03:04:05Z","hash":"h"}`, string(b))

@@ -159,8 +159,10 @@ func event(tool string, status contracts.Status, result string, e *contracts.Err
 
 func TestCodeModeResult(t *testing.T) {
 	t.Parallel()
-	failed := contracts.CodeModeResult{Status: contracts.CodeModeFailed, Error: "boom", Code: contracts.CodeInternalError,
-		Output: []contracts.CodeModeOutput{{Type: contracts.CodeModeOutputText, Text: "before"}}}
+	failed := contracts.CodeModeResult{
+		Status: contracts.CodeModeFailed, Error: "boom", Code: contracts.CodeInternalError,
+		Output: []contracts.CodeModeOutput{{Type: contracts.CodeModeOutputText, Text: "before"}},
+	}
 	details, err := json.Marshal(failed)
 	require.NoError(t, err)
 	for _, tc := range []struct {
@@ -170,17 +172,29 @@ func TestCodeModeResult(t *testing.T) {
 		errIs  error
 		failed contracts.ErrorCode
 	}{
-		{name: "completed", ev: event(contracts.ToolCodeModeExec, contracts.StatusCompleted, `{"status":"completed","value":42,"telemetry":{"nestedCalls":1}}`, nil),
-			want: &contracts.CodeModeResult{Status: contracts.CodeModeCompleted, Value: json.RawMessage(`42`), Telemetry: contracts.CodeModeTelemetry{NestedCalls: 1}}},
-		{name: "waiting", ev: event(contracts.ToolCodeModeExec, contracts.StatusWaiting, `{"status":"waiting","runId":"j1","reason":"pending_tools","pendingToolCalls":[{"callId":"c1","toolId":"client:me:ask","source":"client","input":{}}]}`, nil),
-			want: &contracts.CodeModeResult{Status: contracts.CodeModeWaiting, RunID: "j1", Reason: contracts.CodeModeReasonPendingTools,
-				PendingToolCalls: []contracts.CodeModePendingToolCall{{CallID: "c1", ToolID: "client:me:ask", Source: contracts.SourceClient, Input: json.RawMessage(`{}`)}}}},
-		{name: "failed run", ev: event(contracts.ToolCodeModeWait, contracts.StatusFailed, "", &contracts.Error{Code: contracts.CodeInternalError, Message: "boom", Details: details}),
-			want: &failed, failed: contracts.CodeInternalError},
-		{name: "failed before running", ev: event(contracts.ToolCodeModeExec, contracts.StatusFailed, "", contracts.Errorf(contracts.CodeInvalidInput, "code_mode.exec input: bad")),
-			want: &contracts.CodeModeResult{Status: contracts.CodeModeFailed, Code: contracts.CodeInvalidInput, Error: "code_mode.exec input: bad"}, failed: contracts.CodeInvalidInput},
-		{name: "cancelled without a tool", ev: event("", contracts.StatusCancelled, "", contracts.Errorf(contracts.CodeCancelled, "cancelled by request")),
-			want: &contracts.CodeModeResult{Status: contracts.CodeModeFailed, Code: contracts.CodeCancelled, Error: "cancelled by request"}, failed: contracts.CodeCancelled},
+		{
+			name: "completed", ev: event(contracts.ToolCodeModeExec, contracts.StatusCompleted, `{"status":"completed","value":42,"telemetry":{"nestedCalls":1}}`, nil),
+			want: &contracts.CodeModeResult{Status: contracts.CodeModeCompleted, Value: json.RawMessage(`42`), Telemetry: contracts.CodeModeTelemetry{NestedCalls: 1}},
+		},
+		{
+			name: "waiting", ev: event(contracts.ToolCodeModeExec, contracts.StatusWaiting, `{"status":"waiting","runId":"j1","reason":"pending_tools","pendingToolCalls":[{"callId":"c1","toolId":"client:me:ask","source":"client","input":{}}]}`, nil),
+			want: &contracts.CodeModeResult{
+				Status: contracts.CodeModeWaiting, RunID: "j1", Reason: contracts.CodeModeReasonPendingTools,
+				PendingToolCalls: []contracts.CodeModePendingToolCall{{CallID: "c1", ToolID: "client:me:ask", Source: contracts.SourceClient, Input: json.RawMessage(`{}`)}},
+			},
+		},
+		{
+			name: "failed run", ev: event(contracts.ToolCodeModeWait, contracts.StatusFailed, "", &contracts.Error{Code: contracts.CodeInternalError, Message: "boom", Details: details}),
+			want: &failed, failed: contracts.CodeInternalError,
+		},
+		{
+			name: "failed before running", ev: event(contracts.ToolCodeModeExec, contracts.StatusFailed, "", contracts.Errorf(contracts.CodeInvalidInput, "code_mode.exec input: bad")),
+			want: &contracts.CodeModeResult{Status: contracts.CodeModeFailed, Code: contracts.CodeInvalidInput, Error: "code_mode.exec input: bad"}, failed: contracts.CodeInvalidInput,
+		},
+		{
+			name: "cancelled without a tool", ev: event("", contracts.StatusCancelled, "", contracts.Errorf(contracts.CodeCancelled, "cancelled by request")),
+			want: &contracts.CodeModeResult{Status: contracts.CodeModeFailed, Code: contracts.CodeCancelled, Error: "cancelled by request"}, failed: contracts.CodeCancelled,
+		},
 		{name: "running", ev: event(contracts.ToolCodeModeExec, contracts.StatusRunning, "", nil), errIs: producer.ErrNoResult},
 		{name: "another tool", ev: event(contracts.ToolExec, contracts.StatusCompleted, `{}`, nil), errIs: producer.ErrNoResult},
 	} {

@@ -97,6 +97,7 @@ func TestFailedStartStopsStartedExtensions(t *testing.T) {
 	b := setup(t)
 
 	t.Run("an extension fails", func(t *testing.T) {
+		t.Parallel()
 		j := &journal{}
 		w, err := worker.New(b.srv.Connect(t), &worker.Config{Logger: quiet})
 		require.NoError(t, err)
@@ -116,6 +117,7 @@ func TestFailedStartStopsStartedExtensions(t *testing.T) {
 	})
 
 	t.Run("the worker fails", func(t *testing.T) {
+		t.Parallel()
 		j := &journal{}
 		w, err := worker.New(b.srv.Connect(t), &worker.Config{Logger: quiet})
 		require.NoError(t, err)
