@@ -27,7 +27,10 @@ func testDelayed(t *testing.T, d Driver) {
 	j := js[0]
 	require.Equal(t, s.JobID(s.At), j.ID)
 	require.False(t, j.Stored.Before(s.At), "fired early: stored %s, at %s", j.Stored, s.At)
-	require.Less(t, j.Stored.Sub(s.At), time.Second, "fired late: stored %s, at %s", j.Stored, s.At)
+	// Late only by scheduling noise: a loaded 2-core CI machine has shown
+	// 1.2 s. A firing that waited for a later poll or a catch-up pass would
+	// be later than this bound.
+	require.Less(t, j.Stored.Sub(s.At), 5*time.Second, "fired late: stored %s, at %s", j.Stored, s.At)
 	requireOnePerFiring(t, s.ID, js)
 	require.Eventually(t, func() bool {
 		_, err := e.Get(ctxT(t, 5*time.Second), s.ID)
