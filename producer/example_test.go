@@ -25,7 +25,7 @@ func startBus() (srv *embedded.Server, stop func()) {
 	if err != nil {
 		panic(err)
 	}
-	return srv, func() { srv.Shutdown(); srv.WaitForShutdown(); _ = os.RemoveAll(dir) }
+	return srv, func() { srv.Stop(); _ = os.RemoveAll(dir) }
 }
 
 // A requester submits a job, a worker runs it, and the requester reads the

@@ -27,6 +27,7 @@ type Config struct {
 type Server struct {
 	*server.Server
 	listening bool
+	unlock    func()
 }
 
 // Start starts the server and waits until it accepts connections.
@@ -42,6 +43,16 @@ func Start(cfg *Config) (*Server, error) {
 		NoLog:      !cfg.Logs,
 		MaxPayload: 8 << 20,
 	}
+	unlock, err := lockDir(cfg.StoreDir, cfg.Listen)
+	if err != nil {
+		return nil, err
+	}
+	started := false
+	defer func() {
+		if !started {
+			unlock()
+		}
+	}()
 	if cfg.Listen == "" {
 		opts.DontListen = true
 	} else {
@@ -54,6 +65,15 @@ func Start(cfg *Config) (*Server, error) {
 			return nil, fmt.Errorf("embedded: listen port %q invalid", port)
 		}
 		opts.Host, opts.Port = host, p
+		if p > 0 {
+			// Say so at once: the server itself would retry the port and
+			// report only that it never became ready.
+			l, err := net.Listen("tcp", cfg.Listen)
+			if err != nil {
+				return nil, fmt.Errorf("embedded: listen address %s is taken (another toolq dev or nats-server?); pick another with --listen: %w", cfg.Listen, err)
+			}
+			_ = l.Close()
+		}
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
@@ -67,7 +87,8 @@ func Start(cfg *Config) (*Server, error) {
 		ns.Shutdown()
 		return nil, errors.New("embedded: nats-server did not become ready")
 	}
-	return &Server{Server: ns, listening: !opts.DontListen}, nil
+	started = true
+	return &Server{Server: ns, listening: !opts.DontListen, unlock: unlock}, nil
 }
 
 // Connect opens an in-process client connection.
@@ -88,4 +109,7 @@ func (s *Server) URL() string {
 func (s *Server) Stop() {
 	s.Shutdown()
 	s.WaitForShutdown()
+	if s.unlock != nil {
+		s.unlock()
+	}
 }

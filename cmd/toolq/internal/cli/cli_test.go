@@ -197,7 +197,8 @@ func TestExecWaitAndRuns(t *testing.T) {
 		const a = await tools.callValue("toolq:core:noop", {n: 20}) as Echo;
 		const b = await tools.callValue("toolq:core:noop", {n: 22}) as Echo;
 		return a.n + b.n;`), 0o600))
-	rc, out, errOut := run(t, "--nats", url, "exec", "--code", code, "--language", "typescript", "--session", "cm", "--wait")
+	// No --language: the .ts extension says TypeScript.
+	rc, out, errOut := run(t, "--nats", url, "exec", "--code", code, "--session", "cm", "--wait")
 	require.Equal(t, 0, rc, errOut)
 	var res struct {
 		Status    string          `json:"status"`

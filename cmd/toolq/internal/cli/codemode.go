@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -47,7 +48,7 @@ func newExecCmd(g *globals) *cobra.Command {
 		Use:   "exec",
 		Short: "Run model-written JavaScript/TypeScript in code mode and print its CodeModeResult",
 		Example: `  echo 'return (await tools.callValue("toolq:core:noop", {x: 1})).x + 1' | toolq exec --code - --wait
-  toolq exec --code plan.ts --language typescript --tools toolq:core:noop --auto-resume --wait`,
+  toolq exec --code plan.ts --tools toolq:core:noop --auto-resume --wait`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var src []byte
@@ -62,6 +63,9 @@ func newExecCmd(g *globals) *cobra.Command {
 			}
 			if err != nil {
 				return contracts.Errorf(contracts.CodeInvalidInput, "--code: %v", err)
+			}
+			if !cmd.Flags().Changed("language") {
+				language = languageOf(codeFile)
 			}
 			in := contracts.CodeModeExecInput{Code: string(src), Language: language, AutoResume: autoResume, RestartSafe: restartSafe}
 			if tools != "" {
@@ -103,7 +107,7 @@ func newExecCmd(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&codeFile, "code", "", "file with the code, or - for stdin")
-	f.StringVar(&language, "language", "javascript", "javascript or typescript")
+	f.StringVar(&language, "language", contracts.CodeModeJavaScript, "javascript or typescript; by default from the file's extension (.ts, .mts, .cts: typescript)")
 	f.StringVar(&session, "session", producer.DefaultSession, "session of the run")
 	f.StringVar(&tools, "tools", "", "comma-separated catalog ids the run may use (default: all the workers allow)")
 	f.BoolVar(&autoResume, "auto-resume", false, "resume as soon as nested calls are back, without wait")
@@ -204,4 +208,13 @@ func newRunsCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&session, "session", "", "only this session's runs")
 	return cmd
+}
+
+// languageOf picks the language of a code file from its extension.
+func languageOf(file string) string {
+	switch strings.ToLower(filepath.Ext(file)) {
+	case ".ts", ".mts", ".cts":
+		return contracts.CodeModeTypeScript
+	}
+	return contracts.CodeModeJavaScript
 }
