@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -59,9 +61,9 @@ func newSubmitCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(g.stdout, "%s\n", job.ID)
 				return nil
 			}
-			ev, err := p.Await(ctx, job.Session, job.ID, nil)
+			ev, err := awaitTelling(ctx, g, p, job)
 			if err != nil {
-				return fmt.Errorf("waiting for job %s: %w", job.ID, err)
+				return err
 			}
 			if err := g.printJSON(ev); err != nil {
 				return err
@@ -156,4 +158,48 @@ func newCancelCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&session, "session", producer.DefaultSession, "session of the job")
 	return cmd
+}
+
+// awaitTelling waits for job's terminal event and says on stderr when the
+// job parks on the way (an approval, a suspended code-mode run), so a
+// person waiting on a terminal knows what it waits for. A wait that runs
+// out says the job is still there and how to follow it.
+func awaitTelling(ctx context.Context, g *globals, p *producer.Producer, job *contracts.Job) (*contracts.Event, error) {
+	ev, err := p.Await(ctx, job.Session, job.ID, &producer.AwaitOpts{Parked: true})
+	if err != nil {
+		return nil, stillWaiting(g, job, contracts.StatusQueued, err)
+	}
+	if ev.Data.Status.Terminal() {
+		return ev, nil
+	}
+	tellParked(g, ev)
+	parked := ev.Data.Status
+	if ev, err = p.Await(ctx, job.Session, job.ID, nil); err != nil {
+		return nil, stillWaiting(g, job, parked, err)
+	}
+	return ev, nil
+}
+
+// tellParked says on stderr what a parked job waits for.
+func tellParked(g *globals, ev *contracts.Event) {
+	switch ev.Data.Status {
+	case contracts.StatusApprovalPending:
+		var pending struct {
+			ApprovalID string `json:"approvalId"`
+		}
+		_ = json.Unmarshal(ev.Data.Result, &pending)
+		fmt.Fprintf(g.stderr, "waiting for approval: %s (approve with `toolq approve %s`, or deny with `toolq deny %s`)\n",
+			pending.ApprovalID, pending.ApprovalID, pending.ApprovalID)
+	default:
+		fmt.Fprintf(g.stderr, "job %s is %s\n", ev.Data.JobID, ev.Data.Status)
+	}
+}
+
+// stillWaiting explains a wait that ended before the job did.
+func stillWaiting(g *globals, job *contracts.Job, status contracts.Status, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("job %s is still %s after --timeout %s; it goes on without you: follow it with `toolq events --session %s --job %s --follow`",
+			job.ID, status, g.timeout, job.Session, job.ID)
+	}
+	return fmt.Errorf("waiting for job %s: %w", job.ID, err)
 }
