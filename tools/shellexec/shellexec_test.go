@@ -229,11 +229,15 @@ func TestDeniedCommand(t *testing.T) {
 func TestApproveRunsTheApprovedPlan(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	job, p := b.pending(t, map[string]any{"command": "seq 3", "workdir": b.work})
+	job, p := b.pending(t, map[string]any{"command": "seq 3", "workdir": b.work, "env": map[string]string{"TZ": "UTC"}, "timeout": 7})
 	require.Equal(t, job.ID, p.ApprovalID)
 	require.Equal(t, "seq 3", p.Command)
 	require.Equal(t, [][]string{{"/usr/bin/seq", "3"}}, p.Argv)
 	require.Equal(t, b.work, p.Workdir)
+	// The approver sees everything the hash binds that a job chose.
+	require.Equal(t, map[string]string{"TZ": "UTC"}, p.Env)
+	require.Equal(t, int64(7000), p.TimeoutMs)
+	require.Equal(t, shell.HostSandbox, p.Host)
 	require.Equal(t, []string{"/usr/bin/seq"}, p.Unlisted)
 	require.NotEmpty(t, p.Reason)
 	require.NotEmpty(t, p.Hash)
