@@ -836,3 +836,30 @@ func TestSecondStopWaitsForTheFirst(t *testing.T) {
 	require.Equal(t, contracts.StatusFailed, last.Data.Status, "the session's end is written before Stop returns")
 	require.Equal(t, contracts.CodeCancelled, last.Data.Error.Code)
 }
+
+// TestSandboxLimitsStopCommands: a fork bomb, a memory bomb, a huge file
+// and a nested user namespace each fail their job with code denied and a
+// reason naming the limit, and the worker runs the next job as usual.
+func TestSandboxLimitsStopCommands(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *shellexec.Config) {
+		c.Policy.Security, c.Policy.Ask = shell.SecurityFull, shell.AskOff
+		c.Runner.Limits = shell.Limits{Processes: 32, MemoryBytes: 64 << 20, FileBytes: 1 << 20, TmpBytes: 1 << 20}
+	})
+	cases := []struct{ name, command, reason string }{
+		{"fork bomb", `b(){ b | b & }; b; sleep 20`, "process limit of 32 reached"},
+		{"memory bomb", `tail /dev/zero`, "memory limit of 67108864 bytes reached"},
+		{"huge file", `head -c 10000000 /dev/zero > big`, "file size limit of 1048576 bytes exceeded"},
+		{"nested user namespace", `unshare -U -r id -u`, "forbidden system call"},
+	}
+	for _, tc := range cases {
+		job := b.exec(t, map[string]any{"command": tc.command, "workdir": b.work, "timeout": 30})
+		ev := b.await(t, job.Session, job.ID, false)
+		require.Equal(t, contracts.StatusFailed, ev.Data.Status, "%s: %s", tc.name, ev.Data.Result)
+		require.Equal(t, contracts.CodeDenied, ev.Data.Error.Code, tc.name)
+		require.Contains(t, ev.Data.Error.Message, tc.reason, tc.name)
+
+		next := b.exec(t, map[string]any{"command": "echo next"})
+		require.Equal(t, "next\n", runResult(t, b.await(t, next.Session, next.ID, false)).Stdout, "after the %s", tc.name)
+	}
+}
