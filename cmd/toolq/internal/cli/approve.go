@@ -60,7 +60,7 @@ without asking next time.`,
 		},
 	}
 	f.register(cmd)
-	cmd.Flags().BoolVar(&f.always, "always", false, "also add the command's binaries to the shared allowlist")
+	cmd.Flags().BoolVar(&f.always, "always", false, "also allowlist exactly this command's argv, fleet-wide (what is added is printed before signing)")
 	cmd.Flags().BoolVar(&f.wait, "wait", false, "wait for the approved command to finish and print its final event")
 	cmd.Flags().BoolVarP(&f.yes, "yes", "y", false, "approve without asking for confirmation (the plan is still printed)")
 	cmd.Flags().StringVar(&f.expect, "expect-hash", "", "approve only if the approval's plan hash is HASH (for scripts; implies no confirmation prompt)")
