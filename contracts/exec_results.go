@@ -27,9 +27,13 @@ type ExecPendingResult struct {
 	Command    string     `json:"command"`
 	Argv       [][]string `json:"argv,omitempty"`
 	Workdir    string     `json:"workdir,omitempty"`
-	Host       ExecHost   `json:"host"`
-	Reason     string     `json:"reason,omitempty"`
-	Misses     []string   `json:"misses,omitempty"`
+	// Env are the job's env overrides that will be set for the command.
+	Env  map[string]string `json:"env,omitempty"`
+	Host ExecHost          `json:"host"`
+	// TimeoutMs bounds the run.
+	TimeoutMs int64    `json:"timeoutMs"`
+	Reason    string   `json:"reason,omitempty"`
+	Misses    []string `json:"misses,omitempty"`
 	// Unlisted are the binaries "approve --always" adds to the allowlist.
 	Unlisted   []string  `json:"unlisted,omitempty"`
 	Background bool      `json:"background,omitempty"`

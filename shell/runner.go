@@ -61,11 +61,24 @@ type RunnerConfig struct {
 	// WaitDelay bounds the wait for output after the process group is
 	// killed; 0 means DefaultWaitDelay.
 	WaitDelay time.Duration
+	// Limits bound each sandboxed run (processes, memory, file size, CPU,
+	// descriptors, /tmp); zero fields take the defaults.
+	Limits Limits
+	// CgroupParent is a cgroup v2 directory delegated to the worker (pids
+	// and memory in its cgroup.subtree_control) where each sandboxed run
+	// gets a child cgroup; empty means the worker's own cgroup when it
+	// allows that, else writable cgroup v1 pids and memory hierarchies;
+	// CgroupOff means none (rlimits only).
+	CgroupParent string
 }
 
 // Runner runs plans. It is safe for concurrent use.
 type Runner struct {
-	cfg RunnerConfig
+	cfg     RunnerConfig
+	cgroups cgroupRoots
+	// noSeccomp leaves the filter out, so tests can show that the other
+	// layers hold on their own.
+	noSeccomp bool
 }
 
 // NewRunner applies defaults and validates cfg.
@@ -106,9 +119,14 @@ func NewRunner(cfg *RunnerConfig) (*Runner, error) {
 	if c.WaitDelay == 0 {
 		c.WaitDelay = DefaultWaitDelay
 	}
+	c.Limits = c.Limits.withDefaults()
 	sealInheritedFDs.Do(sealFDs)
-	return &Runner{cfg: c}, nil
+	return &Runner{cfg: c, cgroups: detectCgroups(c.CgroupParent)}, nil
 }
+
+// Cgroups says how a sandboxed run's processes and memory are capped:
+// "cgroup v2", "cgroup v1" or "none" (rlimits only), with why when none.
+func (r *Runner) Cgroups() (mode, note string) { return r.cgroups.mode, r.cgroups.detectNote }
 
 var sealInheritedFDs sync.Once
 
@@ -176,7 +194,8 @@ func (r *Runner) RunWith(ctx context.Context, plan *Plan, opts *RunOpts) (*Resul
 	env := planEnv(plan, workdir)
 
 	var cmd *exec.Cmd
-	var status *os.File
+	var status, block *os.File // bwrap's status stream; the write end of its --block-fd
+	var cg *runCgroups
 	switch plan.Host {
 	case HostWorker:
 		cmd = exec.Command(plan.Shell, "-c", plan.Script)
@@ -197,11 +216,28 @@ func (r *Runner) RunWith(ctx context.Context, plan *Plan, opts *RunOpts) (*Resul
 			return nil, contracts.Errorf(contracts.CodeInternalError, "pipe: %v", err)
 		}
 		defer pr.Close()
+		defer pw.Close()
 		status = pr
+		filter, err := seccompFile(r.noSeccomp)
+		if err != nil {
+			return nil, contracts.Errorf(contracts.CodeRuntimeUnavailable, "%v", err)
+		}
+		defer filter.Close()
+		br, bw2, err := os.Pipe()
+		if err != nil {
+			return nil, contracts.Errorf(contracts.CodeInternalError, "pipe: %v", err)
+		}
+		defer br.Close()
+		defer bw2.Close()
+		block = bw2
+		cg, err = newRunCgroups(&r.cgroups, r.cfg.Limits)
+		if err != nil {
+			return nil, contracts.Errorf(contracts.CodeRuntimeUnavailable, "sandbox limits: %v", err)
+		}
+		defer cg.remove()
 		cmd = exec.Command(bw, r.bwrapArgs(plan, workdir, env)...)
 		cmd.Env = []string{} // the sandbox gets its env through --setenv only
-		cmd.ExtraFiles = []*os.File{pw, wd}
-		defer pw.Close()
+		cmd.ExtraFiles = []*os.File{pw, wd, filter, br}
 	}
 	cmd.Stdin = nil
 	stdout := &capWriter{max: r.cfg.MaxOutputBytes}
@@ -218,26 +254,30 @@ func (r *Runner) RunWith(ctx context.Context, plan *Plan, opts *RunOpts) (*Resul
 	if err := cmd.Start(); err != nil {
 		return nil, contracts.Errorf(contracts.CodeRuntimeUnavailable, "start %s: %v", filepath.Base(cmd.Path), err)
 	}
-	if status != nil {
-		// The write end belongs to bwrap now; keep ours closed so reading
-		// the status stream ends when bwrap exits.
-		_ = cmd.ExtraFiles[0].Close()
-	}
 	pgid := cmd.Process.Pid
-	if opts.Started != nil {
-		opts.Started()
-	}
 	killGroup := func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) }
 
 	var statusLines []string
 	var statusWG sync.WaitGroup
+	childPid := make(chan int, 1)
 	if status != nil {
+		// The write ends belong to bwrap now; keep ours closed so reading
+		// the status stream ends when bwrap exits.
+		for _, f := range cmd.ExtraFiles {
+			_ = f.Close()
+		}
 		statusWG.Add(1)
 		go func() {
 			defer statusWG.Done()
+			defer close(childPid)
 			sc := bufio.NewScanner(status)
+			sent := false
 			for sc.Scan() {
 				statusLines = append(statusLines, sc.Text())
+				if pid, ok := bwrapChildPid(sc.Text()); ok && !sent {
+					childPid <- pid
+					sent = true
+				}
 			}
 		}()
 	}
@@ -251,6 +291,58 @@ func (r *Runner) RunWith(ctx context.Context, plan *Plan, opts *RunOpts) (*Resul
 		waitErr = cmd.Wait()
 		close(done)
 	}()
+
+	var setupErr error
+	if status != nil {
+		// The sandbox's first process waits on --block-fd until its limits
+		// are set: rlimits on it and its cgroups, inherited by the command.
+		select {
+		case pid, ok := <-childPid:
+			if ok {
+				setupErr = setRlimits(pid, r.cfg.Limits, plan.TimeoutMs, cg)
+				if setupErr == nil {
+					setupErr = cg.add(pid)
+				}
+				if setupErr != nil {
+					killGroup() // before unblocking: it must not run unlimited
+				} else {
+					_, _ = block.Write([]byte{1})
+				}
+			}
+		case <-done:
+		case <-runCtx.Done():
+			killGroup()
+		}
+		_ = block.Close()
+	}
+	if opts.Started != nil && setupErr == nil {
+		opts.Started()
+	}
+
+	// A run that reaches a cgroup cap is stopped at once rather than left
+	// spinning against it until its timeout.
+	var limitHit string
+	var watchWG sync.WaitGroup
+	if cg != nil && len(cg.dirs()) > 0 && setupErr == nil {
+		watchWG.Add(1)
+		go func() {
+			defer watchWG.Done()
+			t := time.NewTicker(50 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-t.C:
+					if why := cg.hit(r.cfg.Limits); why != "" {
+						limitHit = why
+						killGroup()
+						return
+					}
+				}
+			}
+		}()
+	}
 	select {
 	case <-done:
 	case <-runCtx.Done():
@@ -258,6 +350,7 @@ func (r *Runner) RunWith(ctx context.Context, plan *Plan, opts *RunOpts) (*Resul
 		<-done
 	}
 	waitWG.Wait()
+	watchWG.Wait()
 	killGroup() // whatever the shell left behind in its group
 	statusWG.Wait()
 	dur := time.Since(start)
@@ -270,6 +363,16 @@ func (r *Runner) RunWith(ctx context.Context, plan *Plan, opts *RunOpts) (*Resul
 		DurationMs:      dur.Milliseconds(),
 		ExitCode:        exitCode(cmd.ProcessState),
 		Signal:          signalName(cmd.ProcessState),
+	}
+	if setupErr != nil {
+		return nil, contracts.Errorf(contracts.CodeRuntimeUnavailable, "sandbox limits not applied: %v", setupErr)
+	}
+	if cg != nil && limitHit == "" {
+		limitHit = cg.hit(r.cfg.Limits)
+	}
+	if limitHit != "" {
+		res.ExitCode = -1
+		return res, contracts.Errorf(contracts.CodeDenied, "sandbox limit: %s; the command was stopped", limitHit)
 	}
 	if runCtx.Err() != nil {
 		res.ExitCode = -1
@@ -285,6 +388,12 @@ func (r *Runner) RunWith(ctx context.Context, plan *Plan, opts *RunOpts) (*Resul
 			return nil, contracts.Errorf(contracts.CodeRuntimeUnavailable, "sandbox did not start: %s", strings.TrimSpace(clipN(stderr.String(), 512)))
 		}
 		res.ExitCode = code
+		if code > 128 {
+			if why := signalLimit(syscall.Signal(code-128), r.cfg.Limits); why != "" {
+				res.Signal = syscall.Signal(code - 128).String()
+				return res, contracts.Errorf(contracts.CodeDenied, "sandbox limit: %s; the command was stopped", why)
+			}
+		}
 	}
 	var exitErr *exec.ExitError
 	if waitErr != nil && !errors.As(waitErr, &exitErr) && !errors.Is(waitErr, exec.ErrWaitDelay) {
@@ -375,7 +484,10 @@ func (r *Runner) bwrapPath() (string, error) {
 func (r *Runner) bwrapArgs(pl *Plan, workdir string, env []string) []string {
 	args := []string{
 		"--die-with-parent", "--new-session",
-		"--unshare-user", "--uid", strconv.Itoa(r.cfg.SandboxUID), "--gid", strconv.Itoa(r.cfg.SandboxGID),
+		// --disable-userns: the command cannot make a user namespace of
+		// its own, where it would be root again (the seccomp filter
+		// refuses unshare and namespace flags of clone as well).
+		"--unshare-user", "--disable-userns", "--uid", strconv.Itoa(r.cfg.SandboxUID), "--gid", strconv.Itoa(r.cfg.SandboxGID),
 		"--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
 		"--hostname", "sandbox",
 		"--cap-drop", "ALL",
@@ -394,8 +506,11 @@ func (r *Runner) bwrapArgs(pl *Plan, workdir string, env []string) []string {
 			args = append(args, "--ro-bind", p, p)
 		}
 	}
-	args = append(args,
-		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+	args = append(args, "--proc", "/proc", "--dev", "/dev")
+	if r.cfg.Limits.TmpBytes > 0 {
+		args = append(args, "--size", strconv.FormatInt(r.cfg.Limits.TmpBytes, 10))
+	}
+	args = append(args, "--tmpfs", "/tmp",
 		// fd 4 is the workdir opened without following symbolic links, so
 		// a link swapped in after the policy check cannot redirect the
 		// only writable bind to another host directory.
@@ -408,7 +523,9 @@ func (r *Runner) bwrapArgs(pl *Plan, workdir string, env []string) []string {
 		k, v, _ := strings.Cut(kv, "=")
 		args = append(args, "--setenv", k, v)
 	}
-	args = append(args, "--json-status-fd", "3", "--", pl.Shell, "-c", pl.Script)
+	// fd 5 is the seccomp filter (seccompProgram); fd 6 blocks the
+	// sandbox until its limits are set.
+	args = append(args, "--seccomp", "5", "--block-fd", "6", "--json-status-fd", "3", "--", pl.Shell, "-c", pl.Script)
 	return args
 }
 
@@ -426,6 +543,47 @@ func openNoSymlinks(dir string) (*os.File, error) {
 		return nil, contracts.Errorf(contracts.CodeRuntimeUnavailable, "workdir %q: %v (symbolic links are not followed)", clip(dir), err)
 	}
 	return os.NewFile(uintptr(fd), dir), nil
+}
+
+// bwrapChildPid reads the sandbox's first process from bwrap's first
+// status line.
+func bwrapChildPid(line string) (int, bool) {
+	_, rest, ok := strings.Cut(line, `"child-pid":`)
+	if !ok {
+		return 0, false
+	}
+	rest = strings.TrimSpace(rest)
+	end := strings.IndexAny(rest, ",} ")
+	if end < 0 {
+		end = len(rest)
+	}
+	n, err := strconv.Atoi(rest[:end])
+	return n, err == nil && n > 0
+}
+
+// seccompFile returns the seccomp filter in a memory file for bwrap.
+func seccompFile(allowAll bool) (*os.File, error) {
+	prog, err := seccompProgram()
+	if err != nil {
+		return nil, err
+	}
+	if allowAll {
+		prog = seccompAllowAll
+	}
+	fd, err := unix.MemfdCreate("toolq-seccomp", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: memfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "toolq-seccomp")
+	if _, err := f.Write(prog); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("seccomp: %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("seccomp: %w", err)
+	}
+	return f, nil
 }
 
 // bwrapExit finds the command's exit code in bwrap's JSON status stream;

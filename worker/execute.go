@@ -85,6 +85,7 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 	if tp := msg.Headers().Get(bus.HeaderTraceParent); tp != "" {
 		ctx = withTraceParent(ctx, tp)
 	}
+	ctx = context.WithValue(ctx, attemptKey{}, attempt)
 	w.mu.Lock()
 	w.inflight[job.ID] = &inflight{msg: msg, cancel: cancel, started: time.Now(), ackWait: t.cfg.AckWait}
 	cancelled := w.cancelledLocked(job.ID)

@@ -18,13 +18,17 @@ import (
 
 // handleDecide applies a person's signed decision to an approval, once.
 //
-// A decision that does not verify (unsigned, unknown approver, bad
+// Every decision is verified, also one that repeats the recorded decision:
+// a decision that does not verify (unsigned, unknown approver, bad
 // signature, another approval or command, expired) fails the job with code
 // denied and leaves the approval alone. The first valid decision wins by a
-// write conditional on the record's revision; a later or replayed one
-// completes with applied=false. An approval runs its command inside the
-// decide job, so a worker that dies meanwhile is noticed (the redelivered
-// decide job fails the exec job instead of running the command again).
+// write conditional on the record's revision; any later one — another
+// decision, or the same one republished after the duplicate window — is a
+// no-op answered with the recorded outcome (applied=false) and never
+// touches the exec job. Only a redelivery (Attempt > 1) of the decide job
+// that made the decision resumes it: an approval runs its command inside
+// the decide job, so a worker that died meanwhile is noticed and the exec
+// job failed instead of running the command again.
 func (s *ShellExec) handleDecide(ctx context.Context, job *contracts.Job) (json.RawMessage, error) {
 	var in DecideInput
 	dec := json.NewDecoder(bytes.NewReader(job.Input))
@@ -46,20 +50,17 @@ func (s *ShellExec) handleDecide(ctx context.Context, job *contracts.Job) (json.
 		if err != nil {
 			return nil, err
 		}
-		resumed := rec.Status != StatusPending && rec.DecideJob == job.ID &&
-			rec.Decision != nil && rec.Decision.Signature == d.Signature
-		if !resumed {
-			if verr := shell.VerifyDecision(d, &rec.Approval, s.cfg.Approvers, time.Now()); verr != nil {
-				log.Warn("approval decision refused", slog.Any("err", verr))
-				return nil, permanent(contracts.CodeDenied, "decision refused: %v", verr)
-			}
+		act := decideActionFor(rec, d, job.ID, worker.Attempt(ctx), time.Now())
+		if verr := shell.VerifyDecision(d, &rec.Approval, s.cfg.Approvers, act.verifyAt); verr != nil {
+			log.Warn("approval decision refused", slog.Any("err", verr))
+			return nil, permanent(contracts.CodeDenied, "decision refused: %v", verr)
 		}
 		res := DecideResult{ApprovalID: rec.Approval.ID, JobID: rec.Approval.JobID, Session: rec.Approval.Session, Status: rec.Status}
-		if rec.Status != StatusPending && !resumed {
-			log.Info("approval already decided; decision ignored", slog.String("status", rec.Status))
+		switch act.kind {
+		case decideIgnore:
+			log.Info("approval already decided; decision ignored", slog.String("status", rec.Status), slog.Int("attempt", worker.Attempt(ctx)))
 			return mustJSON(res), nil
-		}
-		if !resumed {
+		case decideNew:
 			rec.Status = StatusApproved
 			if d.Verdict == shell.Reject {
 				rec.Status = StatusDenied
@@ -73,6 +74,8 @@ func (s *ShellExec) handleDecide(ctx context.Context, job *contracts.Job) (json.
 				return nil, err
 			}
 			log.Info("approval decided", slog.String("status", rec.Status), slog.Bool("always", d.Always))
+		case decideResume:
+			log.Info("redelivered decision resumed", slog.String("status", rec.Status))
 		}
 		res.Status, res.Applied = rec.Status, true
 		decided := func() {
@@ -90,6 +93,43 @@ func (s *ShellExec) handleDecide(ctx context.Context, job *contracts.Job) (json.
 		return mustJSON(res), nil
 	}
 	return nil, fmt.Errorf("shellexec: approval %s kept changing", d.ApprovalID)
+}
+
+type decideKind int
+
+const (
+	decideNew    decideKind = iota // record it, then apply it
+	decideResume                   // a redelivery of the deciding job: apply the record
+	decideIgnore                   // decided before: answer with the recorded outcome
+)
+
+type decideAction struct {
+	kind decideKind
+	// verifyAt is the time the decision is verified at: now, or for the
+	// recorded decision itself the time it was accepted (the approval may
+	// have expired since, while its command ran).
+	verifyAt time.Time
+}
+
+// decideActionFor says what decision d, delivered for the attempt-th time
+// in decide job jobID, does to rec.
+func decideActionFor(rec *Record, d *shell.ApprovalDecision, jobID string, attempt int, now time.Time) decideAction {
+	if rec.Status == StatusPending {
+		return decideAction{kind: decideNew, verifyAt: now}
+	}
+	same := rec.Decision != nil && rec.Decision.Signature == d.Signature &&
+		bytes.Equal(rec.Decision.SigningPayload(), d.SigningPayload())
+	if !same {
+		return decideAction{kind: decideIgnore, verifyAt: now}
+	}
+	act := decideAction{kind: decideIgnore, verifyAt: rec.DecidedAt}
+	if act.verifyAt.IsZero() {
+		act.verifyAt = now
+	}
+	if rec.DecideJob == jobID && attempt > 1 && rec.Status != StatusCancelled {
+		act.kind = decideResume
+	}
+	return act
 }
 
 // apply carries a recorded decision out on the exec job, calling decided

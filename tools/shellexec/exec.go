@@ -99,7 +99,8 @@ func (s *ShellExec) park(ctx context.Context, job *contracts.Job, in *shell.Inpu
 func pendingResult(r *Record) PendingResult {
 	a := &r.Approval
 	return PendingResult{
-		ApprovalID: a.ID, Command: a.Plan.Command, Argv: a.Plan.Argv, Workdir: a.Plan.Workdir, Host: a.Plan.Host,
+		ApprovalID: a.ID, Command: a.Plan.Command, Argv: a.Plan.Argv, Workdir: a.Plan.Workdir, Env: a.Plan.Env,
+		Host: a.Plan.Host, TimeoutMs: a.Plan.TimeoutMs,
 		Reason: a.Reason, Misses: a.Misses, Unlisted: a.Unlisted, Background: r.Background,
 		ExpiresAt: a.ExpiresAt, Hash: a.Hash,
 	}

@@ -229,11 +229,15 @@ func TestDeniedCommand(t *testing.T) {
 func TestApproveRunsTheApprovedPlan(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	job, p := b.pending(t, map[string]any{"command": "seq 3", "workdir": b.work})
+	job, p := b.pending(t, map[string]any{"command": "seq 3", "workdir": b.work, "env": map[string]string{"TZ": "UTC"}, "timeout": 7})
 	require.Equal(t, job.ID, p.ApprovalID)
 	require.Equal(t, "seq 3", p.Command)
 	require.Equal(t, [][]string{{"/usr/bin/seq", "3"}}, p.Argv)
 	require.Equal(t, b.work, p.Workdir)
+	// The approver sees everything the hash binds that a job chose.
+	require.Equal(t, map[string]string{"TZ": "UTC"}, p.Env)
+	require.Equal(t, int64(7000), p.TimeoutMs)
+	require.Equal(t, shell.HostSandbox, p.Host)
 	require.Equal(t, []string{"/usr/bin/seq"}, p.Unlisted)
 	require.NotEmpty(t, p.Reason)
 	require.NotEmpty(t, p.Hash)
@@ -562,20 +566,16 @@ func TestApprovedBackgroundSessionCancelled(t *testing.T) {
 	require.Equal(t, []contracts.Status{contracts.StatusRunning, contracts.StatusCancelled}, statuses(b.events(t, job.Session, bg.SessionID)))
 }
 
-// TestRedeliveredDecisionDoesNotRunTwice: a decide job redelivered after its
-// worker died while the approved command ran fails the exec job instead of
-// running the command again.
-func TestRedeliveredDecisionDoesNotRunTwice(t *testing.T) {
-	t.Parallel()
-	b := setup(t, nil)
+// decidedByDJ1 leaves what a worker leaves behind when it dies while the
+// approved command runs: the record decided by decide job dj-1 and the exec
+// job approved. It returns the exec job and the recorded decision.
+func (b *bundle) decidedByDJ1(t *testing.T) (*contracts.Job, shell.ApprovalDecision) {
+	t.Helper()
 	job, p := b.pending(t, map[string]any{"command": "seq 3"})
 	ctx := testutil.Context(t, 10*time.Second)
 	rec := b.record(t, p.ApprovalID)
 	d, err := shell.SignDecision(shell.NewDecision(&rec.Approval, shell.Approve, false, "", time.Now()), b.seed)
 	require.NoError(t, err)
-
-	// What a worker leaves behind when it dies mid-run: the record decided
-	// by decide job dj-1 and the exec job approved.
 	rec.Status, rec.Decision, rec.DecideJob, rec.DecidedAt = shellexec.StatusApproved, &d, "dj-1", time.Now()
 	data, err := json.Marshal(rec)
 	require.NoError(t, err)
@@ -584,9 +584,49 @@ func TestRedeliveredDecisionDoesNotRunTwice(t *testing.T) {
 	_, err = kv.Put(ctx, p.ApprovalID, data)
 	require.NoError(t, err)
 	require.NoError(t, b.w.Emit(ctx, &contracts.Job{ID: job.ID, Session: job.Session, Tool: job.Tool}, contracts.StatusApproved, 1, nil, nil))
+	return job, d
+}
 
+// TestRedeliveredDecisionDoesNotRunTwice: a decide job redelivered after its
+// worker died while the approved command ran fails the exec job instead of
+// running the command again.
+func TestRedeliveredDecisionDoesNotRunTwice(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	job, d := b.decidedByDJ1(t)
+	ctx := testutil.Context(t, 20*time.Second)
+
+	// The first delivery of dj-1 goes to a worker that never answers: the
+	// worker is stopped and the test takes the message and hands it back.
+	require.NoError(t, b.w.Stop(ctx))
 	dj, err := b.prod.Decide(ctx, &d, &producer.SubmitOpts{ID: "dj-1"})
 	require.NoError(t, err)
+	var subj contracts.Subjects
+	cons, err := b.js.Consumer(ctx, subj.JobsStream(), subj.ConsumerName(shellexec.ToolDecide))
+	require.NoError(t, err)
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	n := 0
+	for m := range batch.Messages() {
+		require.NoError(t, m.Nak())
+		n++
+	}
+	require.Equal(t, 1, n)
+
+	nc := b.srv.Connect(t)
+	w2, err := worker.New(nc, &worker.Config{Name: "w2", Logger: quiet, StopTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	_, err = shellexec.Register(w2, nc, &shellexec.Config{
+		Policy: shell.Policy{Security: shell.SecurityAllowlist, Ask: shell.AskOnMiss}, Approvers: []string{b.approver}, Logger: quiet,
+	})
+	require.NoError(t, err)
+	require.NoError(t, w2.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		require.NoError(t, w2.Stop(sctx))
+	})
+
 	require.True(t, decideResult(t, b.await(t, dj.Session, dj.ID, false)).Applied)
 	ev := b.await(t, job.Session, job.ID, false)
 	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
@@ -596,6 +636,44 @@ func TestRedeliveredDecisionDoesNotRunTwice(t *testing.T) {
 	dj2, err := b.prod.Decide(ctx, &d, nil)
 	require.NoError(t, err)
 	require.False(t, decideResult(t, b.await(t, dj2.Session, dj2.ID, false)).Applied)
+}
+
+// TestReplayedDecisionChangesNothing: the deciding job republished after
+// the duplicate window (a new message, first delivery, same job id) is
+// answered with the recorded outcome and leaves the running job alone.
+func TestReplayedDecisionChangesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	job, d := b.decidedByDJ1(t)
+	ctx := testutil.Context(t, 10*time.Second)
+	dj, err := b.prod.Decide(ctx, &d, &producer.SubmitOpts{ID: "dj-1"})
+	require.NoError(t, err)
+	r := decideResult(t, b.await(t, dj.Session, dj.ID, false))
+	require.False(t, r.Applied)
+	require.Equal(t, shellexec.StatusApproved, r.Status)
+	require.Equal(t, []contracts.Status{contracts.StatusApprovalPending, contracts.StatusApproved},
+		statuses(b.events(t, job.Session, job.ID)), "a replay must not end a running approved job")
+}
+
+// TestRepeatedDecisionIsVerified: a decision that carries the recorded
+// signature is still verified; changing any signed field is refused.
+func TestRepeatedDecisionIsVerified(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	job, d := b.decidedByDJ1(t)
+	ctx := testutil.Context(t, 10*time.Second)
+	forged := d
+	forged.Always = true
+	raw, err := json.Marshal(shellexec.DecideInput{Decision: forged})
+	require.NoError(t, err)
+	dj, err := b.prod.Submit(ctx, shellexec.ToolDecide, raw, &producer.SubmitOpts{ID: "dj-1"})
+	require.NoError(t, err)
+	ev := b.await(t, dj.Session, dj.ID, false)
+	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+	require.Equal(t, contracts.CodeDenied, ev.Data.Error.Code)
+	require.Contains(t, ev.Data.Error.Message, "signature")
+	require.Equal(t, []contracts.Status{contracts.StatusApprovalPending, contracts.StatusApproved},
+		statuses(b.events(t, job.Session, job.ID)))
 }
 
 func TestBackgroundStreamIsCapped(t *testing.T) {
@@ -757,4 +835,31 @@ func TestSecondStopWaitsForTheFirst(t *testing.T) {
 	last := evs[len(evs)-1]
 	require.Equal(t, contracts.StatusFailed, last.Data.Status, "the session's end is written before Stop returns")
 	require.Equal(t, contracts.CodeCancelled, last.Data.Error.Code)
+}
+
+// TestSandboxLimitsStopCommands: a fork bomb, a memory bomb, a huge file
+// and a nested user namespace each fail their job with code denied and a
+// reason naming the limit, and the worker runs the next job as usual.
+func TestSandboxLimitsStopCommands(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *shellexec.Config) {
+		c.Policy.Security, c.Policy.Ask = shell.SecurityFull, shell.AskOff
+		c.Runner.Limits = shell.Limits{Processes: 32, MemoryBytes: 64 << 20, FileBytes: 1 << 20, TmpBytes: 1 << 20}
+	})
+	cases := []struct{ name, command, reason string }{
+		{"fork bomb", `b(){ b | b & }; b; sleep 20`, "process limit of 32 reached"},
+		{"memory bomb", `tail /dev/zero`, "memory limit of 67108864 bytes reached"},
+		{"huge file", `head -c 10000000 /dev/zero > big`, "file size limit of 1048576 bytes exceeded"},
+		{"nested user namespace", `unshare -U -r id -u`, "forbidden system call"},
+	}
+	for _, tc := range cases {
+		job := b.exec(t, map[string]any{"command": tc.command, "workdir": b.work, "timeout": 30})
+		ev := b.await(t, job.Session, job.ID, false)
+		require.Equal(t, contracts.StatusFailed, ev.Data.Status, "%s: %s", tc.name, ev.Data.Result)
+		require.Equal(t, contracts.CodeDenied, ev.Data.Error.Code, tc.name)
+		require.Contains(t, ev.Data.Error.Message, tc.reason, tc.name)
+
+		next := b.exec(t, map[string]any{"command": "echo next"})
+		require.Equal(t, "next\n", runResult(t, b.await(t, next.Session, next.ID, false)).Stdout, "after the %s", tc.name)
+	}
 }

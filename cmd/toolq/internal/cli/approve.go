@@ -1,16 +1,22 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"sort"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/producer"
@@ -26,6 +32,8 @@ type decideFlags struct {
 	reason   string
 	wait     bool
 	login    bool
+	yes      bool
+	expect   string
 }
 
 func newApproveCmd(g *globals) *cobra.Command {
@@ -33,21 +41,29 @@ func newApproveCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "approve APPROVAL_ID",
 		Short: "Approve an exec command waiting for a person (signed with your approver nkey)",
-		Long: `approve reads the approval (the exact command, argv, workdir and env that
-will run), signs an approval of exactly that with your approver nkey seed and
-submits it. The worker accepts it only from a configured approver, once.
-With --always the command's binaries are added to the shared allowlist, so
-the same command runs without asking next time.`,
+		Long: `approve reads the approval and prints its whole plan (command, argv,
+workdir, env, host, timeout, shell script and plan hash) before anything is
+signed. On a terminal it then asks for confirmation; without one it refuses
+unless --yes or --expect-hash is given. --expect-hash HASH (the hash of the
+approval_pending event) approves only that exact plan and fails otherwise.
+The decision signs the plan hash with your approver nkey seed; the worker
+accepts it only from a configured approver, once.
+With --always the exact argv of the command's simple commands is added to
+the shared allowlist (printed before signing), so the same command runs
+without asking next time.`,
 		Example: `  toolq approve 3Yx9kq2 --seed-file ~/.toolq/approver.seed
-  toolq approve 3Yx9kq2 --always --wait`,
+  toolq approve 3Yx9kq2 --always --wait
+  toolq approve 3Yx9kq2 --expect-hash 9f2c…  # scripts: the hash from the approval_pending event`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return decide(cmd.Context(), g, args[0], shell.Approve, f)
+			return decide(cmd, g, args[0], shell.Approve, f)
 		},
 	}
 	f.register(cmd)
-	cmd.Flags().BoolVar(&f.always, "always", false, "also add the command's binaries to the shared allowlist")
+	cmd.Flags().BoolVar(&f.always, "always", false, "also allowlist exactly this command's argv, fleet-wide (what is added is printed before signing)")
 	cmd.Flags().BoolVar(&f.wait, "wait", false, "wait for the approved command to finish and print its final event")
+	cmd.Flags().BoolVarP(&f.yes, "yes", "y", false, "approve without asking for confirmation (the plan is still printed)")
+	cmd.Flags().StringVar(&f.expect, "expect-hash", "", "approve only if the approval's plan hash is HASH (for scripts; implies no confirmation prompt)")
 	return cmd
 }
 
@@ -59,7 +75,7 @@ func newDenyCmd(g *globals) *cobra.Command {
 		Example: `  toolq deny 3Yx9kq2 --reason "not on production"`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return decide(cmd.Context(), g, args[0], shell.Reject, f)
+			return decide(cmd, g, args[0], shell.Reject, f)
 		},
 	}
 	f.register(cmd)
@@ -97,7 +113,8 @@ func (f *decideFlags) producer(g *globals) (*producer.Producer, func(), error) {
 
 // decide signs and submits a decision, then reports what it did: the exec
 // job's approved or denied event, or why the worker refused it.
-func decide(ctx context.Context, g *globals, id string, v shell.Verdict, f *decideFlags) error {
+func decide(cmd *cobra.Command, g *globals, id string, v shell.Verdict, f *decideFlags) error {
+	ctx := cmd.Context()
 	if f.seedFile == "" {
 		return contracts.Errorf(contracts.CodeInvalidInput, "--seed-file is required (or TOOLQ_APPROVER_SEED_FILE)")
 	}
@@ -111,21 +128,37 @@ func decide(ctx context.Context, g *globals, id string, v shell.Verdict, f *deci
 		return err
 	}
 	defer closeFn()
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
-	job, rec, err := shellexec.Decide(ctx, p, id, v, seed, &shellexec.DecideOpts{
-		Always: f.always, Reason: f.reason, Submit: &producer.SubmitOpts{Progress: true},
-	})
+	lctx, lcancel := context.WithTimeout(ctx, g.timeout)
+	rec, err := shellexec.LoadApproval(lctx, p, id)
+	lcancel()
 	if errors.Is(err, producer.ErrNoApproval) {
 		return contracts.Errorf(contracts.CodeInvalidInput, "approval %s is unknown or expired", id)
 	}
 	if err != nil {
 		return err
 	}
-	if !g.jsonOut {
-		a := &rec.Approval
-		fmt.Fprintf(g.stderr, "%s %s: %s\n  argv:    %v\n  host:    %s\n  workdir: %s\n  reason:  %s\n",
-			v, a.ID, a.Plan.Command, a.Plan.Argv, a.Plan.Host, orNone(a.Plan.Workdir), a.Reason)
+	// Nothing is signed before the person has seen what would run.
+	a := &rec.Approval
+	if a.Plan.Hash() != a.Hash {
+		return contracts.Errorf(contracts.CodeDenied, "approval %s: its plan does not match its hash %s; not signed", id, a.Hash)
+	}
+	fmt.Fprint(g.stderr, describePlan(v, rec))
+	if v == shell.Approve && f.always {
+		fmt.Fprintf(g.stderr, "--always: %s\n", indent(shell.AlwaysEntries(shell.Policy{}, &a.Plan).String()))
+	}
+	if v == shell.Approve {
+		if err := confirm(cmd, g, f, a.Hash); err != nil {
+			return err
+		}
+	}
+	// The person may have taken a while; the timeout starts now.
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	job, err := shellexec.DecideRecord(ctx, p, rec, v, seed, &shellexec.DecideOpts{
+		Always: f.always, Reason: f.reason, Submit: &producer.SubmitOpts{Progress: true},
+	})
+	if err != nil {
+		return err
 	}
 	// The decide job says "applied" with a progress event as soon as the
 	// exec job moved on, and completes once an approved command has run.
@@ -178,6 +211,105 @@ func decide(ctx context.Context, g *globals, id string, v shell.Verdict, f *deci
 	}
 	return nil
 }
+
+// confirm decides whether an approval may be signed: --expect-hash must
+// match the plan's hash; otherwise --yes, or a "y" typed on a terminal.
+func confirm(cmd *cobra.Command, g *globals, f *decideFlags, hash string) error {
+	if f.expect != "" {
+		if !strings.EqualFold(strings.TrimSpace(f.expect), hash) {
+			return contracts.Errorf(contracts.CodeDenied, "plan hash is %s, not the expected %s: not approved", hash, f.expect)
+		}
+		return nil
+	}
+	if f.yes {
+		return nil
+	}
+	in := cmd.InOrStdin()
+	if !isTerminal(in) {
+		return contracts.Errorf(contracts.CodeInvalidInput, "no terminal to confirm on: pass --yes, or --expect-hash with the plan hash shown above")
+	}
+	fmt.Fprint(g.stderr, "Approve and sign this plan? [y/N] ")
+	line, err := bufio.NewReader(in).ReadString('\n')
+	if err != nil && line == "" {
+		return contracts.Errorf(contracts.CodeDenied, "not confirmed: not approved")
+	}
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return nil
+	}
+	return contracts.Errorf(contracts.CodeDenied, "not confirmed: not approved")
+}
+
+// isTerminal reports whether r is a terminal.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS) //nolint:gosec // G115: a descriptor fits an int
+	return err == nil
+}
+
+// describePlan shows everything the plan hash binds, one field a line, with
+// text from the job quoted so control characters cannot hide anything.
+func describePlan(v shell.Verdict, rec *shellexec.Record) string {
+	a := &rec.Approval
+	pl := &a.Plan
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s: %s\n", v, a.ID, shown(pl.Command))
+	for i, argv := range pl.Argv {
+		label := "argv:"
+		if i > 0 {
+			label = ""
+		}
+		words := make([]string, len(argv))
+		for j, w := range argv {
+			words[j] = shown(w)
+		}
+		fmt.Fprintf(&b, "  %-9s %s\n", label, strings.Join(words, " "))
+	}
+	fmt.Fprintf(&b, "  %-9s %s\n", "workdir:", orNone(pl.Workdir))
+	if len(pl.Env) == 0 {
+		fmt.Fprintf(&b, "  %-9s (no overrides)\n", "env:")
+	}
+	keys := make([]string, 0, len(pl.Env))
+	for k := range pl.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		label := "env:"
+		if i > 0 {
+			label = ""
+		}
+		fmt.Fprintf(&b, "  %-9s %s=%s\n", label, shown(k), strconv.Quote(pl.Env[k]))
+	}
+	fmt.Fprintf(&b, "  %-9s %s\n", "host:", pl.Host)
+	fmt.Fprintf(&b, "  %-9s %s\n", "timeout:", time.Duration(pl.TimeoutMs)*time.Millisecond)
+	fmt.Fprintf(&b, "  %-9s %s -c %s\n", "runs:", shown(pl.Shell), strconv.Quote(pl.Script))
+	if rec.Background {
+		fmt.Fprintf(&b, "  %-9s yes\n", "background:")
+	}
+	fmt.Fprintf(&b, "  %-9s %s\n", "reason:", shown(a.Reason))
+	fmt.Fprintf(&b, "  %-9s %s\n", "expires:", a.ExpiresAt.Local().Format(time.RFC3339))
+	fmt.Fprintf(&b, "  %-9s %s\n", "hash:", a.Hash)
+	return b.String()
+}
+
+// shown returns s as is when it is plain printable text, else quoted.
+func shown(s string) string {
+	for _, r := range s {
+		if !unicode.IsPrint(r) || r == '"' || r == '\\' {
+			return strconv.Quote(s)
+		}
+	}
+	if s == "" {
+		return `""`
+	}
+	return s
+}
+
+func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n  ") }
 
 func orNone(s string) string {
 	if s == "" {

@@ -1,21 +1,27 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/testutil"
+	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/shell"
+	"github.com/toolq/toolq/tools/shellexec"
 )
 
 // startExecBus starts a worker with the default exec policy that trusts the
@@ -46,7 +52,13 @@ func startExecBus(t *testing.T) (url, seedFile string) {
 // for approval.
 func pendingID(t *testing.T, url, command string) string {
 	t.Helper()
-	in, err := json.Marshal(map[string]string{"command": command})
+	return pendingInput(t, url, map[string]any{"command": command})
+}
+
+// pendingInput is pendingID with a whole exec input.
+func pendingInput(t *testing.T, url string, input map[string]any) string {
+	t.Helper()
+	in, err := json.Marshal(input)
 	require.NoError(t, err)
 	code, out, errOut := run(t, "--nats", url, "submit", "--tool", "exec", "--input", string(in), "--session", "agent")
 	require.Equal(t, 0, code, errOut)
@@ -73,9 +85,10 @@ func TestApproveAndDenyCommands(t *testing.T) {
 
 	// Not allowlisted: waits; approve --always --wait runs it.
 	id := pendingID(t, url, "uname -s")
-	code, out, errOut = run(t, "--nats", url, "approve", id, "--seed-file", seed, "--always", "--wait")
+	code, out, errOut = run(t, "--nats", url, "approve", id, "--seed-file", seed, "--always", "--wait", "--yes")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, errOut, "uname -s")
+	require.Contains(t, errOut, "--always: always allow exactly (the same binary with the same arguments):\n    '/usr/bin/uname' -s")
 	require.NoError(t, json.Unmarshal([]byte(out), &ev))
 	require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
 	require.NoError(t, json.Unmarshal(ev.Data.Result, &res))
@@ -103,10 +116,86 @@ func TestApproveAndDenyCommands(t *testing.T) {
 	stranger := filepath.Join(t.TempDir(), "stranger.seed")
 	_, err := ensureSeed(stranger)
 	require.NoError(t, err)
-	code, _, errOut = run(t, "--nats", url, "approve", pendingID(t, url, "id -g"), "--seed-file", stranger)
+	code, _, errOut = run(t, "--nats", url, "approve", pendingID(t, url, "id -g"), "--seed-file", stranger, "--yes")
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "unknown approver")
-	code, _, errOut = run(t, "--nats", url, "approve", "no-such-approval", "--seed-file", seed)
+	code, _, errOut = run(t, "--nats", url, "approve", "no-such-approval", "--seed-file", seed, "--yes")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "unknown or expired")
+}
+
+// approvalStatus reads the approval record's status.
+func approvalStatus(t *testing.T, url, id string) (status, hash string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	p, err := producer.New(nc, &producer.Config{Session: "check", Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer p.Close()
+	rec, err := p.Approval(testutil.Context(t, 5*time.Second), id)
+	require.NoError(t, err)
+	return rec.Status, rec.Approval.Hash
+}
+
+// TestApproveShowsThePlanBeforeSigning: approve prints the whole plan, env
+// included, and signs nothing without a confirmation: no terminal and no
+// --yes, a wrong --expect-hash, or an answer other than y on a terminal.
+func TestApproveShowsThePlanBeforeSigning(t *testing.T) {
+	t.Parallel()
+	url, seed := startExecBus(t)
+	id := pendingInput(t, url, map[string]any{"command": "uname -s", "env": map[string]string{"TZ": "Europe/Stockholm\x1b[2K"}, "timeout": 9})
+	_, hash := approvalStatus(t, url, id)
+
+	code, _, errOut := run(t, "--nats", url, "approve", id, "--seed-file", seed)
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "no terminal to confirm on")
+	for _, want := range []string{"/usr/bin/uname -s", `TZ="Europe/Stockholm\x1b[2K"`, "timeout:  9s", "host:     sandbox", "hash:     " + hash} {
+		require.Contains(t, errOut, want)
+	}
+	st, _ := approvalStatus(t, url, id)
+	require.Equal(t, shellexec.StatusPending, st, "nothing signed without a confirmation")
+
+	code, _, errOut = run(t, "--nats", url, "approve", id, "--seed-file", seed, "--expect-hash", strings.Repeat("0", 64))
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "not the expected")
+	st, _ = approvalStatus(t, url, id)
+	require.Equal(t, shellexec.StatusPending, st)
+
+	// On a terminal, anything but y refuses; y approves.
+	code, _, errOut = runTTY(t, "n\n", "--nats", url, "approve", id, "--seed-file", seed)
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "Approve and sign this plan? [y/N]")
+	require.Contains(t, errOut, "not confirmed")
+	st, _ = approvalStatus(t, url, id)
+	require.Equal(t, shellexec.StatusPending, st)
+	code, out, errOut := runTTY(t, "y\n", "--nats", url, "approve", id, "--seed-file", seed)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "approved "+id)
+
+	// A script approves by hash without a prompt.
+	id = pendingID(t, url, "uname -m")
+	_, hash = approvalStatus(t, url, id)
+	code, out, errOut = run(t, "--nats", url, "approve", id, "--seed-file", seed, "--expect-hash", hash)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "approved "+id)
+}
+
+// runTTY runs the CLI with a pseudo-terminal as stdin that answers answer.
+func runTTY(t *testing.T, answer string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	require.NoError(t, err)
+	defer ptmx.Close()
+	require.NoError(t, unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0))
+	n, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
+	require.NoError(t, err)
+	tty, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
+	require.NoError(t, err)
+	defer tty.Close()
+	_, err = ptmx.WriteString(answer)
+	require.NoError(t, err)
+	var out, errb bytes.Buffer
+	code = mainIO(args, tty, &out, &errb)
+	return code, out.String(), errb.String()
 }

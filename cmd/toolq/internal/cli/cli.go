@@ -35,9 +35,15 @@ type globals struct {
 
 // Main runs the command line with args and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
+	return mainIO(args, os.Stdin, stdout, stderr)
+}
+
+// mainIO is Main reading its confirmations from stdin.
+func mainIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := newRoot(stdout, stderr)
+	root.SetIn(stdin)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(stderr, "toolq:", err)

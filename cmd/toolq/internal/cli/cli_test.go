@@ -27,7 +27,7 @@ import (
 func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = Main(args, &out, &errb)
+	code = mainIO(args, strings.NewReader(""), &out, &errb)
 	return code, out.String(), errb.String()
 }
 

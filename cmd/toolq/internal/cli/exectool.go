@@ -22,6 +22,16 @@ type execFlags struct {
 	policyFile   string
 	approvers    []string
 	approverSeed string
+	limits       execLimitFlags
+}
+
+// execLimitFlags are the sandbox's per-run limits; 0 keeps the default,
+// -1 turns a limit off.
+type execLimitFlags struct {
+	procs                   int
+	memoryMB, fileMB, tmpMB int64
+	cpuSeconds              int64
+	cgroupParent            string
 }
 
 func (f *execFlags) register(cmd *cobra.Command) {
@@ -32,6 +42,27 @@ func (f *execFlags) register(cmd *cobra.Command) {
 		"public nkey (U… or A…) of a person whose signed exec decisions are accepted; repeatable (env TOOLQ_APPROVERS, comma-separated)")
 	cmd.Flags().StringVar(&f.approverSeed, "approver-seed", "",
 		"development: trust the approver whose nkey seed is in this file, creating it when missing (dev: <data>/approver.seed)")
+	l := &f.limits
+	cmd.Flags().IntVar(&l.procs, "exec-max-procs", 0, fmt.Sprintf("sandbox: processes and threads per command (pids cgroup; default %d, -1 off)", shell.DefaultProcesses))
+	cmd.Flags().Int64Var(&l.memoryMB, "exec-max-memory-mb", 0, fmt.Sprintf("sandbox: memory per command in MiB (memory cgroup, else address space; default %d, -1 off)", shell.DefaultMemoryBytes>>20))
+	cmd.Flags().Int64Var(&l.fileMB, "exec-max-file-mb", 0, fmt.Sprintf("sandbox: size of any file a command writes, in MiB (default %d, -1 off)", shell.DefaultFileBytes>>20))
+	cmd.Flags().Int64Var(&l.tmpMB, "exec-tmp-mb", 0, fmt.Sprintf("sandbox: size of the private /tmp in MiB (default %d)", shell.DefaultTmpBytes>>20))
+	cmd.Flags().Int64Var(&l.cpuSeconds, "exec-cpu-seconds", 0, "sandbox: CPU seconds per process (default: the command's timeout, -1 off)")
+	cmd.Flags().StringVar(&l.cgroupParent, "exec-cgroup-parent", "",
+		`sandbox: cgroup v2 directory delegated to the worker (pids and memory in its cgroup.subtree_control) for per-command cgroups; "off" for rlimits only (default: detect)`)
+}
+
+// runnerLimits turns the limit flags into shell.Limits.
+func (l *execLimitFlags) runnerLimits() shell.Limits {
+	mb := func(v int64) int64 {
+		if v > 0 {
+			return v << 20
+		}
+		return v
+	}
+	return shell.Limits{
+		Processes: l.procs, MemoryBytes: mb(l.memoryMB), FileBytes: mb(l.fileMB), TmpBytes: mb(l.tmpMB), CPUSeconds: l.cpuSeconds,
+	}
 }
 
 func splitList(s string) []string {
@@ -87,8 +118,14 @@ func registerExec(g *globals, w *worker.Worker, nc *nats.Conn, f *workerFlags) (
 	if len(approvers) == 0 {
 		g.log.Warn("exec: no approvers configured (--approver): commands that need approval can never run")
 	}
+	rc := shell.RunnerConfig{Limits: ef.limits.runnerLimits(), CgroupParent: ef.limits.cgroupParent}
+	if r, err := shell.NewRunner(&rc); err == nil {
+		if mode, note := r.Cgroups(); mode == "none" {
+			g.log.Warn("exec: no cgroup for sandboxed commands; processes and memory are capped by rlimits only", "why", note)
+		}
+	}
 	return shellexec.Register(w, nc, &shellexec.Config{
-		Policy: pol, Approvers: approvers, Subjects: g.subjects(), Replicas: f.replicas, Logger: g.log,
+		Policy: pol, Approvers: approvers, Subjects: g.subjects(), Replicas: f.replicas, Logger: g.log, Runner: rc,
 	})
 }
 

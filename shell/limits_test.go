@@ -1,0 +1,102 @@
+package shell
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolq/toolq/contracts"
+)
+
+// requireStopped runs script in the sandbox and requires a denied error
+// naming want; then the same runner still runs a command.
+func requireStopped(t *testing.T, b *runBundle, script, want string) *Result {
+	t.Helper()
+	start := time.Now()
+	res, err := b.runner.Run(context.Background(), b.plan(HostSandbox, script, 30*time.Second))
+	var ce *contracts.Error
+	require.True(t, errors.As(err, &ce), "want a denied error, got %v (result %+v)", err, res)
+	require.Equal(t, contracts.CodeDenied, ce.Code, ce.Message)
+	require.Contains(t, ce.Message, want)
+	require.Less(t, time.Since(start), 20*time.Second, "stopped, not left to its timeout")
+	require.NotNil(t, res)
+
+	next, err := b.runner.Run(context.Background(), b.plan(HostSandbox, "echo next", 10*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, "next\n", next.Stdout)
+	return res
+}
+
+func TestSandboxNestedUserNamespace(t *testing.T) {
+	t.Parallel()
+	b := setupRun(t, nil)
+	// unshare(2) is refused by the seccomp filter, so `unshare -U -r id`
+	// cannot make itself root again.
+	res := requireStopped(t, b, "unshare -U -r id -u", "forbidden system call")
+	require.NotContains(t, res.Stdout, "0")
+	require.Equal(t, "bad system call", res.Signal)
+	// A new namespace through clone's flags, by a program of its own.
+	nr := map[string]int{"amd64": 56, "arm64": 220}[runtime.GOARCH]
+	require.NotZero(t, nr, "clone's number on %s", runtime.GOARCH)
+	requireStopped(t, b, fmt.Sprintf(`exec python3 -c 'import ctypes; print(ctypes.CDLL(None).syscall(%d, 0x10000000 | 17, 0, 0, 0, 0))'`, nr), "forbidden system call")
+
+	// Without the filter, --disable-userns still refuses one.
+	b.runner.noSeccomp = true
+	res, err := b.runner.Run(context.Background(), b.plan(HostSandbox, "unshare -U -r id -u", 10*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, 1, res.ExitCode, res.Stdout)
+	require.Empty(t, res.Stdout)
+	require.Contains(t, res.Stderr, "unshare failed")
+}
+
+func TestSandboxForkBomb(t *testing.T) {
+	t.Parallel()
+	b := setupRun(t, &RunnerConfig{Limits: Limits{Processes: 32}})
+	requireCgroups(t, b.runner)
+	requireStopped(t, b, `b(){ b | b & }; b; sleep 20`, "process limit of 32 reached")
+}
+
+func TestSandboxMemoryBomb(t *testing.T) {
+	t.Parallel()
+	b := setupRun(t, &RunnerConfig{Limits: Limits{MemoryBytes: 64 << 20}})
+	requireCgroups(t, b.runner)
+	// tail keeps the whole "line" of /dev/zero in memory.
+	requireStopped(t, b, `tail /dev/zero`, "memory limit of 67108864 bytes reached")
+}
+
+func TestSandboxMemoryBombWithoutCgroups(t *testing.T) {
+	t.Parallel()
+	b := setupRun(t, &RunnerConfig{Limits: Limits{MemoryBytes: 64 << 20}, CgroupParent: CgroupOff})
+	// RLIMIT_AS: the allocation fails instead; the command reports it.
+	res, err := b.runner.Run(context.Background(), b.plan(HostSandbox, `tail /dev/zero`, 20*time.Second))
+	require.NoError(t, err)
+	require.NotEqual(t, 0, res.ExitCode)
+	require.Contains(t, res.Stderr, "memory exhausted")
+}
+
+func TestSandboxHugeFile(t *testing.T) {
+	t.Parallel()
+	b := setupRun(t, &RunnerConfig{Limits: Limits{FileBytes: 1 << 20, TmpBytes: 2 << 20}})
+	requireStopped(t, b, `head -c 10000000 /dev/zero > big`, "file size limit of 1048576 bytes exceeded")
+	// /tmp is a tmpfs of TmpBytes: many files under the per-file cap fill it.
+	res, err := b.runner.Run(context.Background(), b.plan(HostSandbox,
+		`for i in 1 2 3 4; do head -c 900000 /dev/zero > /tmp/f$i || exit 3; done`, 10*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, 3, res.ExitCode, res.Stderr)
+	require.Contains(t, res.Stderr, "No space left on device")
+}
+
+// requireCgroups fails a test that needs cgroup caps on a host without
+// them, with why.
+func requireCgroups(t *testing.T, r *Runner) {
+	t.Helper()
+	mode, note := r.Cgroups()
+	require.NotEqual(t, "none", mode, "this test needs a writable pids and memory cgroup (v2 delegated or v1): %s", note)
+	require.True(t, strings.HasPrefix(mode, "cgroup"))
+}
