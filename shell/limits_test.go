@@ -21,7 +21,7 @@ func requireStopped(t *testing.T, b *runBundle, script, want string) *Result {
 	start := time.Now()
 	res, err := b.runner.Run(context.Background(), b.plan(HostSandbox, script, 30*time.Second))
 	var ce *contracts.Error
-	require.True(t, errors.As(err, &ce), "want a denied error, got %v (result %+v)", err, res)
+	require.ErrorAs(t, err, &ce, "want a denied error (result %+v)", res)
 	require.Equal(t, contracts.CodeDenied, ce.Code, ce.Message)
 	require.Contains(t, ce.Message, want)
 	require.Less(t, time.Since(start), 20*time.Second, "stopped, not left to its timeout")
