@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -115,8 +116,8 @@ func (f *decideFlags) producer(g *globals) (*producer.Producer, func(), error) {
 // job's approved or denied event, or why the worker refused it.
 func decide(cmd *cobra.Command, g *globals, id string, v shell.Verdict, f *decideFlags) error {
 	ctx := cmd.Context()
-	if f.seedFile == "" {
-		return contracts.Errorf(contracts.CodeInvalidInput, "--seed-file is required (or TOOLQ_APPROVER_SEED_FILE)")
+	if err := f.resolveSeed(g); err != nil {
+		return err
 	}
 	raw, err := os.ReadFile(f.seedFile)
 	if err != nil {
@@ -316,4 +317,35 @@ func orNone(s string) string {
 		return "(private scratch directory)"
 	}
 	return s
+}
+
+// devSeedPath is where `toolq dev` keeps the approver seed it generates,
+// relative to the directory it was started in.
+var devSeedPath = filepath.Join(".toolq", "dev", "approver.seed")
+
+// resolveSeed finds the approver seed when --seed-file and
+// TOOLQ_APPROVER_SEED_FILE name none: the dev seed of the nearest
+// directory, from here up, where `toolq dev` ran.
+func (f *decideFlags) resolveSeed(g *globals) error {
+	if f.seedFile != "" {
+		return nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return contracts.Errorf(contracts.CodeInvalidInput, "--seed-file is required (or TOOLQ_APPROVER_SEED_FILE): %v", err)
+	}
+	for {
+		path := filepath.Join(dir, devSeedPath)
+		if _, err := os.Stat(path); err == nil {
+			f.seedFile = path
+			fmt.Fprintf(g.stderr, "signing with the dev approver seed %s\n", path)
+			return nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return contracts.Errorf(contracts.CodeInvalidInput,
+				"no approver seed: give --seed-file (or TOOLQ_APPROVER_SEED_FILE), or run this under the directory where `toolq dev` keeps %s", devSeedPath)
+		}
+		dir = parent
+	}
 }
