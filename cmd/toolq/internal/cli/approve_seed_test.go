@@ -18,10 +18,10 @@ import (
 func TestApproveFindsTheDevSeed(t *testing.T) {
 	url, seed := startExecBus(t)
 	root := t.TempDir()
-	raw, err := os.ReadFile(seed)
+	raw, err := os.ReadFile(seed) //nolint:gosec // G304: the test's own file
 	require.NoError(t, err)
 	require.NoError(t, os.MkdirAll(filepath.Join(root, ".toolq", "dev"), 0o750))
-	require.NoError(t, os.WriteFile(filepath.Join(root, devSeedPath), raw, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(root, devSeedPath), raw, 0o600)) //nolint:gosec // G703: a test directory
 	below := filepath.Join(root, "src", "deep")
 	require.NoError(t, os.MkdirAll(below, 0o750))
 	t.Chdir(below)
