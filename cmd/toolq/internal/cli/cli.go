@@ -126,6 +126,7 @@ func (g *globals) connect(name string) (*nats.Conn, error) {
 func (g *globals) printJSON(v any) error {
 	enc := json.NewEncoder(g.stdout)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // a person reads it: "<" stays "<", not \u003c
 	return enc.Encode(v)
 }
 

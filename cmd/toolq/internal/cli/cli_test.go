@@ -288,3 +288,25 @@ func TestProviderBreakerOpensAndIsPublished(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Equal(t, int32(2), hits.Load(), "no request while the breaker is open")
 }
+
+func TestPolicyArg(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "policy.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"security":"deny"}`), 0o600))
+	for _, arg := range []string{`{"security":"deny"}`, ` {"security":"deny"}`, file, "@" + file} {
+		data, err := policyArg(arg)
+		require.NoError(t, err, arg)
+		require.JSONEq(t, `{"security":"deny"}`, string(data), arg)
+	}
+	_, err := policyArg(filepath.Join(dir, "missing.json"))
+	require.ErrorContains(t, err, "--exec-policy takes inline JSON, @file or a file path")
+}
+
+func TestPrintJSONDoesNotEscapeHTML(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	g := &globals{stdout: &out}
+	require.NoError(t, g.printJSON(map[string]string{"m": "a <b> & c"}))
+	require.Contains(t, out.String(), `"a <b> & c"`)
+}

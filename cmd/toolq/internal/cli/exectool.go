@@ -37,7 +37,7 @@ type execLimitFlags struct {
 func (f *execFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.off, "no-exec", false, "do not run exec (shell command) jobs on this worker")
 	cmd.Flags().StringVar(&f.policyFile, "exec-policy", "",
-		`JSON exec policy of this worker, e.g. {"security":"allowlist","ask":"on-miss","allowlist":["/usr/bin/git"],"safeBins":["jq"]} (default: a small allowlist, ask on-miss, sandbox host)`)
+		`exec policy of this worker: inline JSON, @file or a file path, e.g. {"security":"allowlist","ask":"on-miss","allowlist":["/usr/bin/git"],"safeBins":["jq"]} (default: a small allowlist, ask on-miss, sandbox host)`)
 	cmd.Flags().StringSliceVar(&f.approvers, "approver", splitList(os.Getenv("TOOLQ_APPROVERS")),
 		"public nkey (U… or A…) of a person whose signed exec decisions are accepted; repeatable (env TOOLQ_APPROVERS, comma-separated)")
 	cmd.Flags().StringVar(&f.approverSeed, "approver-seed", "",
@@ -99,9 +99,9 @@ func registerExec(g *globals, w *worker.Worker, nc *nats.Conn, f *workerFlags) (
 	}
 	pol := devExecPolicy()
 	if ef.policyFile != "" {
-		data, err := os.ReadFile(ef.policyFile)
+		data, err := policyArg(ef.policyFile)
 		if err != nil {
-			return nil, contracts.Errorf(contracts.CodeInvalidInput, "--exec-policy: %v", err)
+			return nil, err
 		}
 		if pol, err = shellexec.DecodePolicy(data); err != nil {
 			return nil, contracts.Errorf(contracts.CodeInvalidInput, "--exec-policy %s: %v", ef.policyFile, err)
@@ -176,4 +176,18 @@ func printExecHelp(g *globals, f *workerFlags) {
 	if f.exec.approverSeed != "" {
 		fmt.Fprintf(g.stderr, "toolq dev: decide with   toolq approve <id> --seed-file %s --wait   or   toolq deny <id> --seed-file %s\n", f.exec.approverSeed, f.exec.approverSeed)
 	}
+}
+
+// policyArg reads --exec-policy: inline JSON (it starts with "{"), @file,
+// or a file path.
+func policyArg(s string) ([]byte, error) {
+	if t := strings.TrimSpace(s); strings.HasPrefix(t, "{") {
+		return []byte(t), nil
+	}
+	path := strings.TrimPrefix(s, "@")
+	data, err := os.ReadFile(path) //nolint:gosec // G304: the operator names the policy file
+	if err != nil {
+		return nil, contracts.Errorf(contracts.CodeInvalidInput, "--exec-policy takes inline JSON, @file or a file path: %v", err)
+	}
+	return data, nil
 }
