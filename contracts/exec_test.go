@@ -94,10 +94,11 @@ func TestExecWireNames(t *testing.T) {
 	b, err = json.Marshal(contracts.ExecPendingResult{
 		ApprovalID: "a", Command: "c", Argv: [][]string{{"x"}}, Workdir: "/w", Host: contracts.ExecHostWorker,
 		Reason: "r", Misses: []string{"m"}, Unlisted: []string{"u"}, Background: true, ExpiresAt: at, Hash: "h",
+		Env: map[string]string{"LANG": "C"}, TimeoutMs: 1000,
 	})
 	require.NoError(t, err)
 	require.JSONEq(t, `{"approvalId":"a","command":"c","argv":[["x"]],"workdir":"/w","host":"worker","reason":"r","misses":["m"],
-		"unlisted":["u"],"background":true,"expiresAt":"2025-01-02T03:04:05Z","hash":"h"}`, string(b))
+		"unlisted":["u"],"background":true,"expiresAt":"2025-01-02T03:04:05Z","hash":"h","env":{"LANG":"C"},"timeoutMs":1000}`, string(b))
 
 	b, err = json.Marshal(contracts.ExecDecideResult{ApprovalID: "a", Applied: true, Status: "approved", JobID: "j", Session: "s"})
 	require.NoError(t, err)
