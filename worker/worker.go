@@ -268,6 +268,8 @@ func (w *Worker) startConsuming(ctx context.Context) error {
 	}
 	w.loops.Add(1)
 	go w.heartbeats()
+	w.loops.Add(1)
+	go w.watchConnection(w.nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED))
 	return nil
 }
 
