@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -150,7 +151,9 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		case len(result) > w.cfg.MaxResultBytes:
 			herr = contracts.Errorf(contracts.CodeOutputLimitExceeded, "result of %d bytes exceeds the limit of %d", len(result), w.cfg.MaxResultBytes)
 		case !json.Valid(result):
-			herr = contracts.Errorf(contracts.CodeInternalError, "handler returned a result that is not valid JSON")
+			herr = Permanent(contracts.Errorf(contracts.CodeInternalError, "handler returned a result that is not valid JSON"))
+		case !utf8.Valid(result):
+			herr = Permanent(contracts.Errorf(contracts.CodeInternalError, "handler returned a result that is not valid UTF-8"))
 		default:
 			w.finish(log, msg, job, attempt, lastSeq, contracts.StatusCompleted, result, nil)
 			return

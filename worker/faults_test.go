@@ -2,12 +2,17 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"testing"
 	"time"
+	"unicode/utf8"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/worker"
 )
 
@@ -71,4 +76,61 @@ func TestConnectionLossAndReturnAreLogged(t *testing.T) {
 	// The worker still serves.
 	job := b.submit(t, worker.ToolNoop, `{}`, nil)
 	require.Equal(t, "completed", string(b.await(t, job).Data.Status))
+}
+
+// eventBodies returns the raw bodies of every stored event of a job.
+func (b *bundle) eventBodies(t *testing.T, session, jobID string) [][]byte {
+	t.Helper()
+	ctx := testutil.Context(t, 10*time.Second)
+	cons, err := b.js.OrderedConsumer(ctx, contracts.Subjects{}.EventsStream(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{contracts.Subjects{}.Event(session, jobID)},
+	})
+	require.NoError(t, err)
+	batch, err := cons.FetchNoWait(100)
+	require.NoError(t, err)
+	var out [][]byte
+	for m := range batch.Messages() {
+		out = append(out, m.Data())
+	}
+	require.NoError(t, batch.Error())
+	return out
+}
+
+func TestEventsAreValidUTF8(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, withBuiltins, func(w *worker.Worker) {
+		require.NoError(t, w.Register("bad.utf8", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
+			return json.RawMessage("\"caf\xe9\""), nil
+		}), nil))
+		require.NoError(t, w.Register("bad.details", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
+			return nil, worker.Permanent(&contracts.Error{Code: contracts.CodeInvalidInput, Message: "no", Details: json.RawMessage("{\"path\":\"\xff\xfe\"}")})
+		}), nil))
+	})
+
+	// A noop echoes an input that is not UTF-8: the job fails, clearly.
+	echo := b.submit(t, worker.ToolNoop, "{\"s\":\"\xff\xfe\"}", nil)
+	ev := b.await(t, echo)
+	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+	require.Contains(t, ev.Data.Error.Message, "not valid UTF-8")
+
+	bad := b.submit(t, "bad.utf8", `{}`, nil)
+	ev = b.await(t, bad)
+	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+	require.Contains(t, ev.Data.Error.Message, "not valid UTF-8")
+
+	// Details that are not UTF-8 are repaired by the encoder.
+	det := b.submit(t, "bad.details", `{}`, nil)
+	ev = b.await(t, det)
+	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+	require.JSONEq(t, `{"path":"\ufffd"}`, string(ev.Data.Error.Details))
+
+	for _, j := range []*contracts.Job{echo, bad, det} {
+		bodies := b.eventBodies(t, j.Session, j.ID)
+		require.NotEmpty(t, bodies)
+		for _, body := range bodies {
+			require.True(t, utf8.Valid(body), "event of %s is not UTF-8: %q", j.Tool, body)
+			require.True(t, json.Valid(body))
+		}
+	}
 }
