@@ -199,7 +199,7 @@ func (p *Producer) SubmitJob(ctx context.Context, job *contracts.Job, traceparen
 	}
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
-	if _, err := p.js.PublishMsg(ctx, msg, jetstream.WithMsgID(job.ID)); err != nil {
+	if _, err := p.js.PublishMsg(ctx, msg, jetstream.WithMsgID(contracts.DedupID(job))); err != nil {
 		return fmt.Errorf("producer: submit %s: %w", job.ID, err)
 	}
 	return nil

@@ -3,11 +3,14 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -133,4 +136,44 @@ func TestEventsAreValidUTF8(t *testing.T) {
 			require.True(t, json.Valid(body))
 		}
 	}
+}
+
+func TestMsgIDMustMatchTheJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var runs atomic.Int32
+	b.startWorker(t, nil, func(w *worker.Worker) {
+		require.NoError(t, w.Register("count.me", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
+			runs.Add(1)
+			return json.RawMessage(`"done"`), nil
+		}), nil))
+	})
+	job := b.submit(t, "count.me", `{}`, nil)
+	require.Equal(t, contracts.StatusCompleted, b.await(t, job).Data.Status)
+
+	// The same job again under another header would pass JetStream's
+	// duplicate check and run the tool a second time.
+	body, err := json.Marshal(job)
+	require.NoError(t, err)
+	ctx := testutil.Context(t, 10*time.Second)
+	_, err = b.js.PublishMsg(ctx, &nats.Msg{Subject: "toolq.jobs.count.me", Data: body}, jetstream.WithMsgID(job.ID+"-again"))
+	require.NoError(t, err)
+	requireQueueEmpty(t, b)
+	require.Equal(t, int32(1), runs.Load())
+	ev := b.await(t, job)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
+
+	// A new job without the header, or with another one, is refused.
+	for i, opt := range [][]jetstream.PublishOpt{nil, {jetstream.WithMsgID("not-the-id")}} {
+		j := &contracts.Job{ID: fmt.Sprintf("hdr-%d", i), Session: "s1", Tool: "count.me", Input: json.RawMessage(`{}`)}
+		body, err := json.Marshal(j)
+		require.NoError(t, err)
+		_, err = b.js.PublishMsg(ctx, &nats.Msg{Subject: "toolq.jobs.count.me", Data: body}, opt...)
+		require.NoError(t, err)
+		ev := b.await(t, j)
+		require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+		require.Equal(t, contracts.CodeInvalidInput, ev.Data.Error.Code)
+		require.Contains(t, ev.Data.Error.Message, "Nats-Msg-Id")
+	}
+	require.Equal(t, int32(1), runs.Load())
 }
