@@ -1,10 +1,14 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -176,4 +180,28 @@ func TestMsgIDMustMatchTheJob(t *testing.T) {
 		require.Contains(t, ev.Data.Error.Message, "Nats-Msg-Id")
 	}
 	require.Equal(t, int32(1), runs.Load())
+}
+
+func TestOversizedDeadLetterIsStoredTruncated(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := newRecorder()
+	b.startWorker(t, &worker.Config{Builtins: true, Logger: slog.New(rec)}, nil)
+	// 1.5 MB of control bytes: not JSON, and six times larger escaped, past
+	// the server's 8 MB max payload.
+	body := bytes.Repeat([]byte{0x01}, 1500<<10)
+	_, err := b.js.Publish(testutil.Context(t, 10*time.Second), "toolq.jobs.noop", body)
+	require.NoError(t, err)
+
+	rec.next(t, "unreadable job moved to the DLQ")
+	dl := readDLQ(t, b, worker.ToolNoop)
+	require.True(t, dl.JobTruncated)
+	require.Equal(t, len(body), dl.JobSize)
+	sum := sha256.Sum256(body)
+	require.Equal(t, hex.EncodeToString(sum[:]), dl.JobSHA256)
+	var excerpt string
+	require.NoError(t, json.Unmarshal(dl.Job, &excerpt))
+	require.NotEmpty(t, excerpt)
+	require.True(t, strings.HasPrefix(string(body), excerpt))
+	requireQueueEmpty(t, b)
 }
