@@ -142,13 +142,6 @@ func (bs *breakers) states() map[string]BreakerState {
 	return out
 }
 
-// peek returns the breaker of model if it exists.
-func (bs *breakers) peek(model string) *breaker {
-	bs.mu.Lock()
-	defer bs.mu.Unlock()
-	return bs.byModel[model]
-}
-
 // accepting reports whether b would let a call through now: closed, or
 // half-open with its one probe not yet taken.
 func (b *breaker) accepting() bool {
