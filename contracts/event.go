@@ -1,9 +1,11 @@
 package contracts
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // Status is a state of a job's lifecycle.
@@ -166,4 +168,20 @@ func DecodeEvent(data []byte) (*Event, error) {
 		return nil, err
 	}
 	return &e, nil
+}
+
+// EncodeEvent is the one encoder of event message bodies: it always returns
+// valid JSON in valid UTF-8. encoding/json copies a json.RawMessage (a
+// result, an error's details) byte for byte, so bytes that are not UTF-8
+// would reach every reader; in valid JSON such bytes can only sit inside
+// strings, where each is replaced with U+FFFD.
+func EncodeEvent(e *Event) ([]byte, error) {
+	data, err := json.Marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	if !utf8.Valid(data) {
+		data = bytes.ToValidUTF8(data, []byte("\uFFFD"))
+	}
+	return data, nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -132,4 +133,19 @@ func TestJobTimeout(t *testing.T) {
 	require.Equal(t, 7*time.Second, j.Timeout(7*time.Second))
 	j.TimeoutMs = 1500
 	require.Equal(t, 1500*time.Millisecond, j.Timeout(7*time.Second))
+}
+
+func TestEncodeEventRepairsUTF8(t *testing.T) {
+	t.Parallel()
+	j := &contracts.Job{ID: "j1", Session: "s1", Tool: "noop"}
+	for _, result := range []string{"\"caf\xe9\"", "{\"k\xff\":[\"\xc3\x28\"]}", `"plain"`} {
+		ev := contracts.NewEvent("/test", j, contracts.StatusCompleted, 1, time.Now())
+		ev.Data.Result = json.RawMessage(result)
+		ev.Data.Error = &contracts.Error{Code: contracts.CodeInternalError, Message: "x", Details: json.RawMessage(result)}
+		data, err := contracts.EncodeEvent(ev)
+		require.NoError(t, err)
+		require.True(t, utf8.Valid(data), "%q", data)
+		_, err = contracts.DecodeEvent(data)
+		require.NoError(t, err)
+	}
 }

@@ -149,3 +149,10 @@ const (
 	errNotObject = decodeError("not a JSON object")
 	errTrailing  = decodeError("trailing data after the JSON object")
 )
+
+// DedupID is the Nats-Msg-Id a job message must carry: the id that the
+// job's own fields give (today its ID). Producers publish with it and
+// workers refuse a message whose header differs, so one job id cannot be
+// enqueued twice past JetStream's duplicate check. Scoping ids (per
+// tenant, say) changes this one function.
+func DedupID(j *Job) string { return j.ID }

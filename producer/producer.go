@@ -202,7 +202,7 @@ func (p *Producer) SubmitJob(ctx context.Context, job *contracts.Job, traceparen
 	}
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
-	if _, err := p.js.PublishMsg(ctx, msg, jetstream.WithMsgID(job.ID)); err != nil {
+	if _, err := p.js.PublishMsg(ctx, msg, jetstream.WithMsgID(contracts.DedupID(job))); err != nil {
 		if errors.Is(err, jetstream.ErrNoStreamResponse) {
 			return fmt.Errorf("producer: submit %s: no stream takes %s (start a worker or `toolq dev` first, which create toolq's streams): %w",
 				job.ID, msg.Subject, err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -87,6 +88,9 @@ type Asynq struct {
 	sched     *asynq.Scheduler
 	server    *asynq.Server
 	rdb       redis.UniversalClient
+	// missed is set when the Scheduler could not enqueue a tick; the Redis
+	// monitor catches up once Redis answers.
+	missed atomic.Bool
 
 	mu      sync.Mutex
 	entries map[string]*entry
@@ -208,6 +212,7 @@ func (e *Asynq) run(ctx, lctx context.Context) error {
 		LogLevel: asynq.WarnLevel,
 		PostEnqueueFunc: func(info *asynq.TaskInfo, err error) {
 			if err != nil {
+				e.missed.Store(true)
 				e.log.Warn("periodic tick not enqueued", slog.Any("err", err))
 			}
 		},
@@ -448,13 +453,16 @@ func (e *Asynq) catchUp(ctx context.Context) {
 	}
 }
 
-// monitorRedis notices a Redis that lost its data (the marker key is gone):
-// delayed tasks are enqueued again and periodic schedules caught up once.
-// asynq's Scheduler keeps its entries in memory, so ticks resume by
-// themselves once Redis answers.
+// monitorRedis notices a Redis that was unreachable, or lost a tick, or
+// lost its data (the marker key is gone): once Redis answers again, delayed
+// tasks are enqueued again (deduplicated by task id) and periodic schedules
+// caught up once. asynq's Scheduler keeps its entries in memory, so ticks
+// resume by themselves once Redis answers; the ones it missed meanwhile
+// are not made up by asynq.
 func (e *Asynq) monitorRedis(ctx context.Context) {
 	t := time.NewTicker(e.cfg.RedisCheckInterval)
 	defer t.Stop()
+	var down time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -463,24 +471,44 @@ func (e *Asynq) monitorRedis(ctx context.Context) {
 		}
 		cctx, cancel := context.WithTimeout(ctx, e.cfg.RedisCheckInterval)
 		n, err := e.rdb.Exists(cctx, e.markerKey()).Result()
-		if err == nil && n == 0 {
+		switch {
+		case err != nil:
+			if down.IsZero() {
+				down = time.Now()
+				e.log.Warn("redis unreachable", slog.Any("err", err))
+			}
+		case n == 0:
 			e.log.Warn("redis lost its data; registering schedules again")
-			e.mu.Lock()
-			var ats []*Schedule
-			for _, en := range e.entries {
-				if en.s.Kind() == KindAt {
-					ats = append(ats, en.s)
-				}
-			}
-			e.mu.Unlock()
-			for _, s := range ats {
-				e.enqueueAt(cctx, s)
-			}
-			e.catchUp(ctx)
-			_ = e.rdb.Set(cctx, e.markerKey(), "1", 0).Err()
+			e.reregister(ctx, cctx)
+			down = time.Time{}
+		case !down.IsZero():
+			e.log.Warn("redis answers again; catching up missed firings", slog.Duration("outage", time.Since(down)))
+			e.reregister(ctx, cctx)
+			down = time.Time{}
+		case e.missed.Load():
+			e.log.Warn("a tick was not enqueued; catching up missed firings")
+			e.reregister(ctx, cctx)
 		}
 		cancel()
 	}
+}
+
+// reregister enqueues delayed schedules again and catches periodic ones up.
+func (e *Asynq) reregister(ctx, cctx context.Context) {
+	e.missed.Store(false)
+	e.mu.Lock()
+	var ats []*Schedule
+	for _, en := range e.entries {
+		if en.s.Kind() == KindAt {
+			ats = append(ats, en.s)
+		}
+	}
+	e.mu.Unlock()
+	for _, s := range ats {
+		e.enqueueAt(cctx, s)
+	}
+	e.catchUp(ctx)
+	_ = e.rdb.Set(cctx, e.markerKey(), "1", 0).Err()
 }
 
 func (e *Asynq) handleTick(ctx context.Context, t *asynq.Task) error {

@@ -2,8 +2,11 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,6 +29,7 @@ func (w *Worker) startCancelWatch(ctx context.Context) error {
 		return fmt.Errorf("worker: watch cancels: %w", err)
 	}
 	w.watcher = watcher
+	w.cancelsKV = kv
 	if len(w.onCancel) > 0 {
 		w.feed = make(chan cancelNote, cancelFeedBuffer)
 		w.loops.Add(1)
@@ -105,21 +109,11 @@ func (w *Worker) onCancelMsg(m *nats.Msg) {
 	}
 }
 
-const cancelMemory = 10000
-
+// markCancelled remembers a cancel and cancels the job if it runs here.
 func (w *Worker) markCancelled(jobID string) {
+	w.cancels.add(jobID, time.Now())
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	now := time.Now()
-	if len(w.cancels) >= cancelMemory {
-		horizon := now.Add(-w.eventsMaxAge())
-		for id, at := range w.cancels {
-			if at.Before(horizon) {
-				delete(w.cancels, id)
-			}
-		}
-	}
-	w.cancels[jobID] = now
 	if f, ok := w.inflight[jobID]; ok {
 		f.cancel(errJobCancelled)
 	}
@@ -132,13 +126,98 @@ func (w *Worker) eventsMaxAge() time.Duration {
 	return 24 * time.Hour
 }
 
+// isCancelled reports whether a job about to start was cancelled: from
+// memory, or, when memory had to forget cancels that are still in the
+// bucket, from the bucket.
 func (w *Worker) isCancelled(jobID string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.cancelledLocked(jobID)
+	ok, lookup := w.cancels.has(jobID, time.Now())
+	if ok || !lookup || w.cancelsKV == nil {
+		return ok
+	}
+	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+	defer cancel()
+	_, err := w.cancelsKV.Get(ctx, jobID)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		w.log.Debug("cancel look-up", slog.String("job", jobID), slog.Any("err", err))
+	}
+	return err == nil
 }
 
+// cancelledLocked is isCancelled from memory alone, for a job that is
+// already in flight (a cancel after this point reaches it through inflight).
 func (w *Worker) cancelledLocked(jobID string) bool {
-	_, ok := w.cancels[jobID]
+	ok, _ := w.cancels.has(jobID, time.Now())
 	return ok
+}
+
+// maxRememberedCancels bounds the cancels a worker keeps in memory.
+const maxRememberedCancels = 100_000
+
+// cancelMemory holds recent cancels by job id for the events' lifetime, at
+// most max of them, oldest out first: adding and looking up are O(1)
+// under its own lock, not the worker's. Once a cancel was dropped for
+// room before it expired, has asks for a look-up in the bucket until that
+// cancel would have expired.
+type cancelMemory struct {
+	mu          sync.Mutex
+	ttl         time.Duration
+	max         int
+	at          map[string]time.Time
+	order       []cancelEntry // by time added; order[head:] is live
+	head        int
+	forgotUntil time.Time
+}
+
+type cancelEntry struct {
+	id string
+	at time.Time
+}
+
+func newCancelMemory(ttl time.Duration, maxEntries int) *cancelMemory {
+	return &cancelMemory{ttl: ttl, max: maxEntries, at: map[string]time.Time{}}
+}
+
+func (m *cancelMemory) add(id string, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.at[id]; ok {
+		return
+	}
+	horizon := now.Add(-m.ttl)
+	for m.head < len(m.order) {
+		e := m.order[m.head]
+		expired := !e.at.After(horizon)
+		if !expired && len(m.at) < m.max {
+			break
+		}
+		if !expired {
+			m.forgotUntil = e.at.Add(m.ttl)
+		}
+		delete(m.at, e.id)
+		m.order[m.head] = cancelEntry{}
+		m.head++
+	}
+	if m.head > len(m.order)/2 {
+		m.order = append(m.order[:0], m.order[m.head:]...)
+		m.head = 0
+	}
+	m.at[id] = now
+	m.order = append(m.order, cancelEntry{id: id, at: now})
+}
+
+// has reports whether id is remembered as cancelled, and whether a miss
+// needs a look-up because memory dropped live cancels.
+func (m *cancelMemory) has(id string, now time.Time) (ok, lookup bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if at, found := m.at[id]; found && now.Sub(at) < m.ttl {
+		return true, false
+	}
+	return false, now.Before(m.forgotUntil)
+}
+
+func (m *cancelMemory) len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.at)
 }

@@ -2,9 +2,12 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,9 +35,7 @@ func (w *Worker) publishDLQ(ctx context.Context, toolName string, raw []byte, jo
 		Error: werr, Worker: w.cfg.Name, Time: time.Now().UTC(),
 	}
 	if !json.Valid(raw) {
-		dl.Job = nil
-		b, _ := json.Marshal(string(raw))
-		dl.Job = b
+		dl.Job, _ = json.Marshal(string(raw))
 	}
 	msgID := ""
 	if job != nil {
@@ -45,12 +46,38 @@ func (w *Worker) publishDLQ(ctx context.Context, toolName string, raw []byte, jo
 	if err != nil {
 		return err
 	}
+	if limit := w.dlqLimit(); len(data) > limit {
+		// Escaping a body that is not JSON can make it six times larger:
+		// keep its first bytes, its size and its hash instead.
+		dl.JobTruncated, dl.JobSize = true, len(raw)
+		sum := sha256.Sum256(raw)
+		dl.JobSHA256 = hex.EncodeToString(sum[:])
+		dl.Job, _ = json.Marshal(string(raw[:min(len(raw), dlqExcerpt)]))
+		if len(dl.Error.Message) > dlqExcerpt {
+			e := *dl.Error
+			e.Message, e.Details = strings.ToValidUTF8(e.Message[:dlqExcerpt], "")+"…", nil
+			dl.Error = &e
+		}
+		if data, err = json.Marshal(dl); err != nil {
+			return err
+		}
+	}
 	var opts []jetstream.PublishOpt
 	if msgID != "" {
 		opts = append(opts, jetstream.WithMsgID(msgID))
 	}
 	_, err = w.js.Publish(ctx, w.cfg.Subjects.DLQ(toolName), data, opts...)
 	return err
+}
+
+// dlqExcerpt is how much of an oversized job message (and of its error
+// message) a dead letter keeps: at most 6 × 16 KiB once escaped.
+const dlqExcerpt = 16 << 10
+
+// dlqLimit is the largest dead-letter record stored whole: the server's
+// max payload less room for headers.
+func (w *Worker) dlqLimit() int {
+	return max(int(w.nc.MaxPayload())-(8<<10), 8*dlqExcerpt)
 }
 
 // reject handles a job message that cannot be run: a failed event with
@@ -70,12 +97,13 @@ func (w *Worker) reject(t *tool, msg jetstream.Msg, attempt int, cause error) {
 		w.finish(log, msg, job, attempt, 0, contracts.StatusFailed, nil, werr)
 		return
 	}
-	log.Warn("unreadable job moved to the DLQ", slog.String("error", werr.Message))
 	if err := w.retry(msg, func(ctx context.Context) error { return w.publishDLQ(ctx, t.name, msg.Data(), nil, attempt, werr) }); err != nil {
+		log.Error("unreadable job: dead letter not stored; handing it back", slog.Any("err", err))
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
 	_ = msg.TermWithReason(string(contracts.CodeInvalidInput))
+	log.Warn("unreadable job moved to the DLQ", slog.String("error", werr.Message))
 }
 
 // maxDeliveriesAdvisory is the part of JetStream's MAX_DELIVERIES advisory we use.

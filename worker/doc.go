@@ -49,7 +49,9 @@
 // A cancelled job id is recorded in the toolq_cancels bucket (and announced
 // on toolq.cancel.<job_id>): a queued job never starts, a running job's
 // context is cancelled. The worker's watch of that bucket is the one cancel
-// feed of the process: tool packs follow it through OnCancel hooks. Stop
+// feed of the process: tool packs follow it through OnCancel hooks. The
+// worker remembers at most 100,000 recent cancels and looks a job up in the
+// bucket when it had to forget some. Stop
 // stops pulling, lets running jobs finish until its soft timeout, then
 // cancels them and hands them back for another worker.
 //

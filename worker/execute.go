@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -33,6 +34,9 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 	job, err := contracts.DecodeJob(msg.Data())
 	if err == nil && job.Tool != t.name {
 		err = contracts.Errorf(contracts.CodeInvalidInput, "job tool %q does not match subject tool %q", job.Tool, t.name)
+	}
+	if err == nil {
+		err = checkMsgID(msg, job)
 	}
 	if err != nil {
 		w.reject(t, msg, attempt, err)
@@ -151,7 +155,9 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		case len(result) > w.cfg.MaxResultBytes:
 			herr = contracts.Errorf(contracts.CodeOutputLimitExceeded, "result of %d bytes exceeds the limit of %d", len(result), w.cfg.MaxResultBytes)
 		case !json.Valid(result):
-			herr = contracts.Errorf(contracts.CodeInternalError, "handler returned a result that is not valid JSON")
+			herr = Permanent(contracts.Errorf(contracts.CodeInternalError, "handler returned a result that is not valid JSON"))
+		case !utf8.Valid(result):
+			herr = Permanent(contracts.Errorf(contracts.CodeInternalError, "handler returned a result that is not valid UTF-8"))
 		default:
 			w.finish(log, msg, job, attempt, lastSeq, contracts.StatusCompleted, result, nil)
 			return
@@ -174,6 +180,20 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		log.Info("job failed; retrying", slog.Duration("delay", delay), slog.String("error", werr.Message))
 		_ = msg.NakWithDelay(delay)
 	}
+}
+
+// checkMsgID refuses a job message whose Nats-Msg-Id is not the job's
+// dedup id: JetStream deduplicates by the header, so a copy of a job under
+// another header would run the tool a second time.
+func checkMsgID(msg jetstream.Msg, job *contracts.Job) error {
+	got, want := msg.Headers().Get(jetstream.MsgIDHeader), contracts.DedupID(job)
+	switch {
+	case got == "":
+		return contracts.Errorf(contracts.CodeInvalidInput, "job message has no Nats-Msg-Id header; it must be %q", want)
+	case got != want:
+		return contracts.Errorf(contracts.CodeInvalidInput, "job message has Nats-Msg-Id %q; it must be %q", got, want)
+	}
+	return nil
 }
 
 // invalidPark checks what a handler parked the job with. A park that

@@ -126,7 +126,7 @@ func (w *Worker) notifyParent(ctx context.Context, job *contracts.Job, ev *contr
 	if err != nil {
 		return err
 	}
-	_, err = w.js.Publish(ctx, w.cfg.Subjects.Job(nj.Tool), data, jetstream.WithMsgID(nj.ID))
+	_, err = w.js.Publish(ctx, w.cfg.Subjects.Job(nj.Tool), data, jetstream.WithMsgID(contracts.DedupID(&nj)))
 	return err
 }
 

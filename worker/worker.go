@@ -51,13 +51,15 @@ type Worker struct {
 	started  bool                 // Start began: no more Register, Use, OnCancel
 	stopping bool                 // Stop began: no new reaper goroutines
 	inflight map[string]*inflight // by job id
-	cancels  map[string]time.Time // cancelled job ids
+	cancels  *cancelMemory        // recently cancelled job ids
 
 	events  *bus.Events
 	jobs    jetstream.Stream
 	subs    []*nats.Subscription
 	watcher jetstream.KeyWatcher
-	feed    chan cancelNote // to the cancel hooks; nil without hooks
+	// cancelsKV answers isCancelled when memory had to forget cancels.
+	cancelsKV jetstream.KeyValue
+	feed      chan cancelNote // to the cancel hooks; nil without hooks
 
 	runCtx    context.Context // parent of every job's context
 	runCancel context.CancelCauseFunc
@@ -109,8 +111,8 @@ func New(nc *nats.Conn, cfg *Config) (*Worker, error) {
 		source:   "/toolq/worker/" + c.Name,
 		tools:    map[string]*tool{},
 		inflight: map[string]*inflight{},
-		cancels:  map[string]time.Time{},
 	}
+	w.cancels = newCancelMemory(w.eventsMaxAge(), maxRememberedCancels)
 	w.life = lifecycle.New(&lifecycle.Config{Start: w.start, Stop: w.stop, ErrStarted: ErrStarted, SoftStop: true})
 	if c.Builtins {
 		for name, b := range builtins() {
@@ -268,6 +270,8 @@ func (w *Worker) startConsuming(ctx context.Context) error {
 	}
 	w.loops.Add(1)
 	go w.heartbeats()
+	w.loops.Add(1)
+	go w.watchConnection(w.nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED))
 	return nil
 }
 

@@ -123,8 +123,13 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		Bucket:      cfg.Subjects.CancelsBucket(),
 		Description: "cancelled job ids; a queued job in here never starts",
 		TTL:         cfg.EventsMaxAge,
-		Storage:     cfg.Storage,
-		Replicas:    cfg.Replicas,
+		// Bounded: a cancel storm fills this bucket, not the disk; past it
+		// a cancel is refused (the producer gets the error).
+		MaxBytes:     CancelsMaxBytes,
+		MaxValueSize: 1 << 10, // the value is the job's session
+		History:      1,
+		Storage:      cfg.Storage,
+		Replicas:     cfg.Replicas,
 	}); err != nil {
 		return err
 	}
@@ -136,6 +141,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	})
 	return err
 }
+
+// CancelsMaxBytes bounds the cancels bucket: about 1.5 million cancels.
+const CancelsMaxBytes = 256 << 20
 
 // EnsureKV creates or updates a bucket; safe from many processes at once.
 func EnsureKV(ctx context.Context, js jetstream.JetStream, kc jetstream.KeyValueConfig) (jetstream.KeyValue, error) {

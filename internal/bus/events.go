@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -43,7 +42,7 @@ var ErrConflict = errors.New("bus: event subject moved on")
 // the stored event. A duplicate (same event id inside the window) is not an
 // error and returns the original sequence.
 func (e *Events) Publish(ctx context.Context, ev *contracts.Event, expectSeq uint64, traceparent string) (uint64, error) {
-	data, err := json.Marshal(ev)
+	data, err := contracts.EncodeEvent(ev)
 	if err != nil {
 		return 0, fmt.Errorf("bus: encode event: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 type Redis struct {
 	tb   testing.TB
 	port int
+	dir  string // set: an append-only file there keeps the data across restarts
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -24,6 +25,19 @@ type Redis struct {
 // StartRedis starts redis-server (which must be on PATH; the test is skipped
 // when it is not) on a free loopback port. It is stopped when the test ends.
 func StartRedis(tb testing.TB) *Redis {
+	tb.Helper()
+	return startRedis(tb, "")
+}
+
+// StartRedisWithData is StartRedis with an append-only file synced on every
+// write: Stop and Start bring the server back with its data, as a restarted
+// Redis with persistence would.
+func StartRedisWithData(tb testing.TB) *Redis {
+	tb.Helper()
+	return startRedis(tb, tb.TempDir())
+}
+
+func startRedis(tb testing.TB, dir string) *Redis {
 	tb.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		tb.Skip("redis-server not installed")
@@ -34,7 +48,7 @@ func StartRedis(tb testing.TB) *Redis {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
-	r := &Redis{tb: tb, port: port}
+	r := &Redis{tb: tb, port: port, dir: dir}
 	r.Start()
 	tb.Cleanup(r.Stop)
 	return r
@@ -55,10 +69,14 @@ func (r *Redis) Start() {
 	if r.cmd != nil {
 		return
 	}
-	cmd := exec.Command("redis-server",
+	persist := []string{"--appendonly", "no", "--dir", r.tb.TempDir()}
+	if r.dir != "" {
+		persist = []string{"--appendonly", "yes", "--appendfsync", "always", "--dir", r.dir}
+	}
+	cmd := exec.Command("redis-server", append([]string{
 		"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--daemonize", "no",
-		"--dir", r.tb.TempDir(), "--loglevel", "warning")
+		"--save", "", "--daemonize", "no", "--loglevel", "warning",
+	}, persist...)...)
 	if err := cmd.Start(); err != nil {
 		r.tb.Fatalf("start redis-server: %v", err)
 	}
@@ -74,7 +92,8 @@ func (r *Redis) Start() {
 	}
 }
 
-// Stop kills the server and waits for it to exit. Its keys are lost.
+// Stop kills the server and waits for it to exit. Its keys are lost unless
+// it was started by StartRedisWithData.
 func (r *Redis) Stop() {
 	r.mu.Lock()
 	defer r.mu.Unlock()

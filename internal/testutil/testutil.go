@@ -4,6 +4,7 @@ package testutil
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 // Server is an in-process nats-server with JetStream on a per-test store.
 type Server struct {
 	*server.Server
+	opts *server.Options
 }
 
 // StartJetStream starts an in-process JetStream server that listens on a
@@ -30,7 +32,7 @@ func StartJetStream(tb testing.TB) *Server {
 // can restart a server on the same data.
 func StartJetStreamAt(tb testing.TB, storeDir string) *Server {
 	tb.Helper()
-	opts := &server.Options{
+	return startJetStream(tb, &server.Options{
 		ServerName: "toolq-test",
 		Host:       "127.0.0.1",
 		Port:       -1,
@@ -39,7 +41,11 @@ func StartJetStreamAt(tb testing.TB, storeDir string) *Server {
 		NoLog:      true,
 		NoSigs:     true,
 		MaxPayload: 8 << 20,
-	}
+	})
+}
+
+func startJetStream(tb testing.TB, opts *server.Options) *Server {
+	tb.Helper()
 	ns, err := server.NewServer(opts)
 	require.NoError(tb, err)
 	ns.Start()
@@ -50,7 +56,18 @@ func StartJetStreamAt(tb testing.TB, storeDir string) *Server {
 		ns.Shutdown()
 		ns.WaitForShutdown()
 	})
-	return &Server{ns}
+	return &Server{Server: ns, opts: opts}
+}
+
+// Restart shuts the server down and starts a new one on the same port and
+// store, so connected clients reconnect to it.
+func (s *Server) Restart(tb testing.TB) *Server {
+	tb.Helper()
+	opts := *s.opts
+	opts.Port = s.Addr().(*net.TCPAddr).Port
+	s.Shutdown()
+	s.WaitForShutdown()
+	return startJetStream(tb, &opts)
 }
 
 // Connect opens a client connection that is closed when the test ends.

@@ -55,6 +55,19 @@ const overflowModel = "*"
 type breaker struct {
 	cb       *gobreaker.CircuitBreaker[*provider.Response]
 	openedAt atomic.Int64 // unix nanos of the last change to open
+	// lastFault is the provider fault that last counted against the
+	// breaker: the cause a refusal reports.
+	lastFault atomic.Pointer[provider.Error]
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced on every state change
+}
+
+// changes returns a channel closed at the breaker's next state change.
+func (b *breaker) changes() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.changed
 }
 
 // breakers holds one provider's breakers, by model.
@@ -77,7 +90,7 @@ func (bs *breakers) get(model string) *breaker {
 			return b
 		}
 	}
-	b := &breaker{}
+	b := &breaker{changed: make(chan struct{})}
 	t := bs.t
 	name := bs.provider
 	b.cb = gobreaker.NewCircuitBreaker[*provider.Response](gobreaker.Settings{
@@ -104,6 +117,10 @@ func (bs *breakers) get(model string) *breaker {
 			if t.onBreakerChange != nil {
 				t.onBreakerChange(ch)
 			}
+			b.mu.Lock()
+			close(b.changed)
+			b.changed = make(chan struct{})
+			b.mu.Unlock()
 		},
 	})
 	bs.byModel[model] = b
@@ -125,27 +142,32 @@ func (bs *breakers) states() map[string]BreakerState {
 	return out
 }
 
-// peek returns the breaker of model if it exists.
-func (bs *breakers) peek(model string) *breaker {
-	bs.mu.Lock()
-	defer bs.mu.Unlock()
-	return bs.byModel[model]
+// accepting reports whether b would let a call through now: closed, or
+// half-open with its one probe not yet taken.
+func (b *breaker) accepting() bool {
+	switch b.cb.State() {
+	case gobreaker.StateClosed:
+		return true
+	case gobreaker.StateHalfOpen:
+		return b.cb.Counts().Requests == 0
+	}
+	return false
 }
 
-// open reports whether b refuses calls.
-func (b *breaker) open() bool { return b.cb.State() == gobreaker.StateOpen }
+// minBreakerWait is the least a refused job waits before asking a breaker
+// again, so a job never spins on one.
+const minBreakerWait = 100 * time.Millisecond
 
-// retryAfter is how long until b allows a half-open probe.
+// retryAfter is how long a call refused by b should wait: until the
+// half-open probe while b is open; while b is half-open (its probe taken),
+// an open timeout, though a waiting job wakes as soon as the probe ends.
 func (b *breaker) retryAfter(t *CodeExecution) time.Duration {
 	opened := b.openedAt.Load()
-	if opened == 0 {
-		return t.openTimeout
+	d := t.openTimeout
+	if b.cb.State() == gobreaker.StateOpen && opened != 0 {
+		d = t.openTimeout - t.now().Sub(time.Unix(0, opened))
 	}
-	d := t.openTimeout - t.now().Sub(time.Unix(0, opened))
-	if d < time.Millisecond {
-		return time.Millisecond
-	}
-	return d
+	return max(d, minBreakerWait)
 }
 
 func isFault(err error) bool {
@@ -158,4 +180,24 @@ func isFault(err error) bool {
 
 func isBreakerRefusal(err error) bool {
 	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests)
+}
+
+// accepting reports whether a job for this provider would be sent now:
+// some breaker accepts, or none exists yet.
+func (bs *breakers) accepting() bool {
+	bs.mu.Lock()
+	list := make([]*breaker, 0, len(bs.byModel))
+	for _, b := range bs.byModel {
+		list = append(list, b)
+	}
+	bs.mu.Unlock()
+	if len(list) == 0 {
+		return true
+	}
+	for _, b := range list {
+		if b.accepting() {
+			return true
+		}
+	}
+	return false
 }

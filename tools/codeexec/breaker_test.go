@@ -3,6 +3,7 @@ package codeexec_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"sync"
 	"testing"
@@ -169,18 +170,23 @@ func TestBreakerPerModel(t *testing.T) {
 		require.NotNil(t, err)
 	}
 	require.Equal(t, []string{"xai/grok-4.3:closed->open"}, b.changes.transitions())
-	require.True(t, b.tool.Available("xai"), "the default model's breaker is closed")
+	// The gate looks at the breakers of the models jobs use, not at the
+	// default model's: every one of them is open.
+	require.False(t, b.tool.Available("xai"))
 	st := b.tool.Status()
 	require.Len(t, st, 4)
 	require.Equal(t, codeexec.ProviderStatus{
-		Provider: "xai", Enabled: true, Model: "grok-4.6", Available: true,
+		Provider: "xai", Enabled: true, Model: "grok-4.6", Available: false,
 		Breakers: map[string]codeexec.BreakerState{"grok-4.3": codeexec.BreakerOpen},
 	}, st[0])
 	_, err := b.run(t, map[string]any{"task": "t", "model": "grok-4.3"})
 	require.Equal(t, codeexec.KindBreakerOpen, failureOf(t, err).Kind)
+	require.Contains(t, err.Message, "last failure: xai: server (HTTP 500)", "the upstream cause is kept")
+	require.Equal(t, 500, failureOf(t, err).Status)
 	d, err := b.run(t, map[string]any{"task": "t"})
 	require.Nil(t, err)
 	require.Equal(t, "grok-4.6", d.Model)
+	require.True(t, b.tool.Available("xai"), "the default model's breaker is closed")
 }
 
 func TestAcceptingFalseWhenEveryBreakerIsOpen(t *testing.T) {
@@ -278,7 +284,10 @@ func TestHangingProviderLeavesTimeToFailOver(t *testing.T) {
 // until it settles.
 func TestHalfOpenLetsOneProbeThrough(t *testing.T) {
 	t.Parallel()
-	b := setup(t, breakerConfig(time.Nanosecond))
+	waiting := make(chan struct{}, 16)
+	b := setup(t, breakerConfig(time.Nanosecond), func(c *codeexec.Config) {
+		c.Logger = slog.New(&signalHandler{msg: "code_execution waiting for its breaker", ch: waiting})
+	})
 	b.fakes["xai"].set(status(500, ""))
 	for i := 0; i < 5; i++ {
 		_, err := b.run(t, map[string]any{"task": "t"})
@@ -286,39 +295,68 @@ func TestHalfOpenLetsOneProbeThrough(t *testing.T) {
 	}
 	arrived, release := make(chan struct{}), make(chan struct{})
 	b.fakes["xai"].set(func(w http.ResponseWriter, r *http.Request) {
-		close(arrived)
-		<-release
+		select {
+		case <-arrived:
+		default:
+			close(arrived)
+			<-release
+		}
 		ok("xai", "Mean: 42. Verified.")(w, r)
 	})
 	type result struct {
 		d   *codeexec.Details
 		err *contracts.Error
 	}
-	probe := make(chan result, 1)
-	probeJob := job(t, map[string]any{"task": "t"})
-	go func() {
+	results := make(chan result, 2)
+	runJob := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		out, err := b.tool.Handle(ctx, probeJob)
+		out, err := b.tool.Handle(ctx, job(t, map[string]any{"task": "t"}))
 		if err != nil {
-			probe <- result{err: contracts.AsError(err)}
+			results <- result{err: contracts.AsError(err)}
 			return
 		}
 		var d codeexec.Details
 		_ = json.Unmarshal(out, &d)
-		probe <- result{d: &d}
-	}()
+		results <- result{d: &d}
+	}
+	go runJob()
 	<-arrived
-	_, err := b.run(t, map[string]any{"task": "t"})
-	require.NotNil(t, err)
-	require.Equal(t, codeexec.KindBreakerOpen, failureOf(t, err).Kind, "a second job is refused while the probe runs")
+	require.False(t, b.tool.Available("xai"), "the probe is taken: the gate stops pulling")
+	// A second job is refused while the probe runs: it waits, spending no
+	// attempt, and goes once the probe has closed the breaker.
+	go runJob()
+	<-waiting
 	close(release)
-	r := <-probe
-	require.Nil(t, r.err)
-	require.Equal(t, "xai", r.d.Provider)
-	require.Equal(t, int32(6), b.fakes["xai"].hits.Load())
+	for range 2 {
+		r := <-results
+		require.Nil(t, r.err)
+		require.Equal(t, "xai", r.d.Provider)
+		require.Equal(t, 1, r.d.Attempts)
+	}
+	require.Equal(t, int32(7), b.fakes["xai"].hits.Load())
 	require.True(t, b.tool.Available("xai"))
 }
+
+// signalHandler signals every log record with message msg.
+type signalHandler struct {
+	msg string
+	ch  chan struct{}
+}
+
+func (h *signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *signalHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		select {
+		case h.ch <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+func (h *signalHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *signalHandler) WithGroup(string) slog.Handler      { return h }
 
 // Many concurrent jobs share breakers and clients safely.
 func TestConcurrentJobs(t *testing.T) {

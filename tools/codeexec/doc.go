@@ -14,8 +14,8 @@
 //	})
 //
 // The worker pulls code_execution jobs only while Accepting reports true
-// (some enabled provider's breaker is not open); Available tells about one
-// provider. Without a worker, NewCodeExecution builds the tool and Handle
+// (some enabled provider has a breaker, among the models its jobs use,
+// that lets a call through); Available tells about one provider. Without a worker, NewCodeExecution builds the tool and Handle
 // runs one job (its error is a *contracts.Error).
 //
 // # Input and result
@@ -38,9 +38,10 @@
 //     a malformed response body, or an answer without text ("no answer text
 //     returned; try a simpler request").
 //   - provider_unavailable, retryable: 429, 5xx, timeouts and dropped
-//     connections that outlasted the retries, or an open breaker. Details
-//     carries retryAfterMs when the provider (Retry-After) or the breaker
-//     says how long to wait.
+//     connections that outlasted the retries, or an open breaker (whose
+//     message and status name the fault that last counted, e.g. HTTP 503).
+//     Details carries retryAfterMs when the provider (Retry-After) or the
+//     breaker says how long to wait.
 //   - timeout (retryable) or cancelled: the job's context ended.
 //
 // Every other failure's Details is {provider, model, kind, status,
@@ -59,10 +60,13 @@
 // Each provider+model has a gobreaker/v2 breaker. Only provider faults count
 // (5xx, transport failures, malformed bodies); 4xx, 429, answers without text
 // and cancellations neither trip nor heal it. After
-// Config.Breaker.Failures consecutive faults (5) it opens; calls fail fast
-// until OpenTimeout passes, then one half-open probe decides. A job whose
-// provider is unavailable — open breaker, exhausted retries, bad or missing
-// credentials — moves on to the next provider of its failover list.
+// Config.Breaker.Failures consecutive faults (5) it opens; calls are refused
+// until OpenTimeout passes, then one half-open probe decides. A refused call
+// is not an attempt. A job whose provider is unavailable — open breaker,
+// exhausted retries, bad or missing credentials — moves on to the next
+// provider of its failover list; on its last provider it waits for the
+// breaker (until the probe, or the probe's end) when that fits its
+// deadline, and fails fast, retryable, only when it does not.
 //
 // # Configuration
 //

@@ -70,10 +70,15 @@ func missingCredentialsError(p string) *contracts.Error {
 type breakerOpenError struct {
 	provider, model string
 	retryAfter      time.Duration
+	cause           *provider.Error // the fault that last counted, if known
 }
 
 func (e *breakerOpenError) Error() string {
-	return fmt.Sprintf("%s: circuit breaker for model %s is open", e.provider, e.model)
+	s := fmt.Sprintf("%s: circuit breaker for model %s is open", e.provider, e.model)
+	if e.cause != nil {
+		s += "; last failure: " + e.cause.Error()
+	}
+	return s
 }
 
 // disabledError is returned for a provider disabled by configuration.
@@ -159,7 +164,11 @@ func toContract(ctx context.Context, a *attemptError, trail []FailoverStep) *con
 	case errors.As(a.err, &de):
 		return withDetails(&contracts.Error{Code: contracts.CodeProviderUnavailable, Message: de.Error()}, a, trail, 0, 0)
 	case errors.As(a.err, &be):
-		return withDetails(&contracts.Error{Code: contracts.CodeProviderUnavailable, Retryable: true, Message: be.Error()}, a, trail, be.retryAfter, 0)
+		status := 0
+		if be.cause != nil {
+			status = be.cause.Status
+		}
+		return withDetails(&contracts.Error{Code: contracts.CodeProviderUnavailable, Retryable: true, Message: be.Error()}, a, trail, be.retryAfter, status)
 	case errors.As(a.err, &pe):
 		e := &contracts.Error{Message: pe.Error()}
 		switch pe.Kind {

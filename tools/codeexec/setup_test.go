@@ -22,8 +22,17 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		// nats-server and nats.go keep a few process-wide goroutines.
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
+		goleak.IgnoreTopFunction("github.com/nats-io/nats.go.(*Conn).doReconnect"),
+		goleak.IgnoreTopFunction("time.Sleep"),
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).syncBlocks"),
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start.func1"),
+	)
 }
+
+var quiet = slog.New(slog.DiscardHandler)
 
 // fakeProvider is a local server speaking one provider's wire format; its
 // handler can be swapped while the test runs.

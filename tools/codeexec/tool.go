@@ -172,15 +172,16 @@ func (t *CodeExecution) Providers() []string {
 // DefaultProvider returns the provider a job that names none goes to.
 func (t *CodeExecution) DefaultProvider() string { return t.defaultProvider }
 
-// Available reports whether provider p is enabled and its default model's
-// breaker is not open, i.e. whether a job for p would be sent now.
+// Available reports whether provider p is enabled and would take a job
+// now: some breaker of the models its jobs use lets calls through (closed,
+// or half-open with its probe not yet taken), or no job has used it yet.
+// The gate cannot see the next job's model; it sees the models jobs use.
 func (t *CodeExecution) Available(p string) bool {
 	b, ok := t.backends[p]
 	if !ok || !b.enabled {
 		return false
 	}
-	br := b.breakers.peek(b.model)
-	return br == nil || !br.open()
+	return b.breakers.accepting()
 }
 
 // ProviderStatus describes one provider for health endpoints.
@@ -278,7 +279,9 @@ func (t *CodeExecution) Execute(ctx context.Context, in *Input) (*Details, error
 			model = normalizeModel(name, in.Model)
 		}
 		pctx, cancel := budget(ctx, len(chain)-i)
-		resp, attempts, err := t.runProvider(pctx, b, in, model)
+		// Only the last provider a job may use waits for its breaker; the
+		// others fail over at once.
+		resp, attempts, err := t.runProvider(pctx, b, in, model, i == len(chain)-1)
 		if err != nil && pctx.Err() != nil && ctx.Err() == nil {
 			// This provider used up its share of the deadline; the next
 			// one gets the rest.
@@ -350,8 +353,11 @@ func (t *CodeExecution) chain(in *Input) []string {
 
 // runProvider sends the task to one provider through its breaker, retrying
 // retryable failures with backoff (at least the server's Retry-After)
-// while the deadline allows. It returns the attempts made.
-func (t *CodeExecution) runProvider(ctx context.Context, b *backend, in *Input, model string) (*provider.Response, int, error) {
+// while the deadline allows. It returns the attempts made. A call the
+// breaker refuses is no attempt: with wait set, the job waits for the
+// breaker (its half-open time, or the end of the probe under way) when
+// that fits the deadline, and asks again.
+func (t *CodeExecution) runProvider(ctx context.Context, b *backend, in *Input, model string, wait bool) (*provider.Response, int, error) {
 	if b.disabled {
 		return nil, 0, &disabledError{provider: b.name}
 	}
@@ -374,6 +380,7 @@ func (t *CodeExecution) runProvider(ctx context.Context, b *backend, in *Input, 
 			return nil, attempts, perr
 		}
 		attempts++
+		changed := br.changes()
 		resp, err := br.cb.Execute(func() (*provider.Response, error) {
 			actx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
@@ -385,11 +392,23 @@ func (t *CodeExecution) runProvider(ctx context.Context, b *backend, in *Input, 
 		}
 		if isBreakerRefusal(err) {
 			attempts--
-			return nil, attempts, &breakerOpenError{provider: b.name, model: model, retryAfter: br.retryAfter(t)}
+			after := br.retryAfter(t)
+			refusal := &breakerOpenError{provider: b.name, model: model, retryAfter: after, cause: br.lastFault.Load()}
+			if deadline, ok := ctx.Deadline(); !wait || (ok && t.now().Add(after).After(deadline)) {
+				return nil, attempts, refusal
+			}
+			t.log.Debug("code_execution waiting for its breaker", "provider", b.name, "model", model, "wait", after)
+			if !waitBreaker(ctx, changed, after) {
+				return nil, attempts, refusal
+			}
+			continue
 		}
 		var pe *provider.Error
 		if !errors.As(err, &pe) {
 			pe = &provider.Error{Provider: b.name, Kind: provider.KindTransport, Message: err.Error(), Err: err}
+		}
+		if pe.Fault() {
+			br.lastFault.Store(pe)
 		}
 		if !pe.Retryable() || attempts >= t.maxAttempts {
 			return nil, attempts, pe
@@ -424,6 +443,19 @@ func attemptTimeout(ctx context.Context, err error, timeout time.Duration) error
 		}
 	}
 	return err
+}
+
+// waitBreaker waits d, or until the breaker changes state (say, its probe
+// ended), or ctx ends; it reports whether ctx is still live.
+func waitBreaker(ctx context.Context, changed <-chan struct{}, d time.Duration) bool {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+	case <-changed:
+	case <-ctx.Done():
+	}
+	return ctx.Err() == nil
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
