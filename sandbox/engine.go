@@ -41,6 +41,8 @@ func withDefaults(l, d Limits) Limits {
 	pick(&l.MaxPendingToolCalls, d.MaxPendingToolCalls)
 	pick(&l.SearchDefaultLimit, d.SearchDefaultLimit)
 	pick(&l.MaxSearchLimit, d.MaxSearchLimit)
+	pick(&l.MaxOutputItems, d.MaxOutputItems)
+	pick(&l.MaxTotalCPUMs, d.MaxTotalCPUMs)
 	if l.SearchDefaultLimit > l.MaxSearchLimit {
 		l.SearchDefaultLimit = l.MaxSearchLimit
 	}

@@ -94,6 +94,9 @@ type run struct {
 	value    json.RawMessage
 	failed   *guestError
 	began    time.Time
+	// byBudget: the deadline is the end of the run's total CPU budget
+	// (maxTotalCpuMs), not of this slice's timeoutMs.
+	byBudget bool
 }
 
 type nullBridge struct{ CatalogBridge }
@@ -273,7 +276,15 @@ func (e *Engine) newRun(ctx context.Context, vm *engine.VM, st hostState, cat *C
 	}
 	r := &run{e: e, vm: vm, st: st, cat: cat, bridge: b, began: began}
 	r.deadline = began.Add(time.Duration(st.Limits.TimeoutMs) * time.Millisecond)
+	// The total budget is what is left of maxTotalCpuMs after the slices
+	// before this one.
+	left := time.Duration(float64(st.Limits.MaxTotalCPUMs)*float64(time.Millisecond)) -
+		time.Duration(st.Telemetry.DurationMs*float64(time.Millisecond))
+	if budget := began.Add(left); budget.Before(r.deadline) {
+		r.deadline, r.byBudget = budget, true
+	}
 	if d, ok := ctx.Deadline(); ok && d.Before(r.deadline) {
+		r.byBudget = false
 		r.deadline = d
 	}
 	vm.SetHandler(r)
@@ -423,7 +434,7 @@ func (r *run) HostCall(ctx context.Context, vm *engine.VM, name string, _ engine
 
 func (r *run) addOutputBytes(n int) error {
 	r.st.OutputBytes += n
-	if r.st.OutputBytes > r.st.Limits.MaxOutputBytes {
+	if r.st.OutputBytes > r.st.Limits.MaxOutputBytes || r.st.OutputBytes < 0 {
 		r.fatal = contracts.Errorf(contracts.CodeOutputLimitExceeded,
 			"code mode output exceeded maxOutputBytes (%d)", r.st.Limits.MaxOutputBytes)
 		return r.fatal
@@ -440,17 +451,22 @@ func (r *run) output(ctx context.Context, payload string) (engine.Value, error) 
 	if err := json.Unmarshal([]byte(toUTF8(payload)), &item); err != nil {
 		return 0, fmt.Errorf("output: %w", err)
 	}
+	if len(r.st.Output) >= r.st.Limits.MaxOutputItems {
+		r.fatal = contracts.Errorf(contracts.CodeOutputLimitExceeded,
+			"code mode output exceeded maxOutputItems (%d items)", r.st.Limits.MaxOutputItems)
+		return 0, r.fatal
+	}
 	var o Output
 	switch item.Type {
 	case OutputText:
 		o = Output{Type: OutputText, Text: item.Text}
-		if err := r.addOutputBytes(len(o.Text)); err != nil {
+		if err := r.addOutputBytes(len(o.Text) + contracts.CodeModeOutputItemBytes); err != nil {
 			return 0, err
 		}
 	case OutputJSON:
 		v := compact(item.Value)
 		o = Output{Type: OutputJSON, Value: v}
-		if err := r.addOutputBytes(len(v)); err != nil {
+		if err := r.addOutputBytes(len(v) + contracts.CodeModeOutputItemBytes); err != nil {
 			return 0, err
 		}
 	default:
@@ -647,6 +663,9 @@ func (r *run) finish(ctx context.Context, err error) (*Outcome, error) {
 		switch {
 		case errors.Is(ctx.Err(), context.Canceled):
 			return nil, cancelled(ctx.Err())
+		case !time.Now().Before(r.deadline) && r.byBudget:
+			fail(contracts.CodeTimeout, fmt.Sprintf("code mode run exceeded its total CPU budget of %d ms (maxTotalCpuMs) over exec and %d resumes",
+				r.st.Limits.MaxTotalCPUMs, r.st.Telemetry.Resumes))
 		case !time.Now().Before(r.deadline):
 			fail(contracts.CodeTimeout, fmt.Sprintf("code mode run timed out after %d ms", r.timeoutMs()))
 		case je != nil && strings.Contains(je.Message, "out of memory"):
@@ -690,6 +709,7 @@ func (r *run) finish(ctx context.Context, err error) (*Outcome, error) {
 	default:
 		fail("", "the code awaits a promise that nothing will settle")
 	}
+	res.Error = clipText(res.Error, contracts.CodeModeMaxErrorBytes)
 	r.st.Telemetry.DurationMs += ms(time.Since(r.began))
 	res.Telemetry = r.st.Telemetry
 	if res.Status != StatusWaiting {

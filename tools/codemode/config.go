@@ -43,6 +43,12 @@ type Config struct {
 	// InlineSnapshotBytes: snapshots up to this size live in the run record,
 	// larger ones in the object store; 64 KiB by default.
 	InlineSnapshotBytes int
+	// MaxResultBytes caps the JSON of a CodeModeResult this worker writes
+	// (a job's result, a failure's details, a waiting event); a larger one
+	// fails the run at once with output_limit_exceeded, never retried. It
+	// must not exceed the worker's MaxResultBytes nor the server's max
+	// payload; 256 KiB by default.
+	MaxResultBytes int
 	// Logger receives structured logs; slog.Default() when nil.
 	Logger *slog.Logger
 }
@@ -72,11 +78,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.MaxResultBytes == 0 {
+		c.MaxResultBytes = 256 << 10
+	}
 	c.Limits = fillLimits(c.Limits, sandbox.DefaultLimits())
 	if c.SnapshotTTL < time.Second || c.MaxSnapshotTTL < c.SnapshotTTL {
 		return c, fmt.Errorf("codemode: snapshot TTL %s (max %s) invalid", c.SnapshotTTL, c.MaxSnapshotTTL)
 	}
-	if c.LeaseTTL < 100*time.Millisecond || c.MaxSuspendedPerSession < 1 || c.InlineSnapshotBytes < 0 {
+	if c.LeaseTTL < 100*time.Millisecond || c.MaxSuspendedPerSession < 1 || c.InlineSnapshotBytes < 0 || c.MaxResultBytes < 1024 {
 		return c, errors.New("codemode: lease TTL, suspended cap or inline size out of range")
 	}
 	return c, nil
@@ -103,6 +112,8 @@ func (c Config) effectiveLimits(job *sandbox.Limits) (sandbox.Limits, error) {
 		{"maxPendingToolCalls", int64(job.MaxPendingToolCalls), int64(caps.MaxPendingToolCalls), int64(l.MaxPendingToolCalls), func(v int64) { l.MaxPendingToolCalls = int(v) }},
 		{"searchDefaultLimit", int64(job.SearchDefaultLimit), int64(caps.SearchDefaultLimit), int64(l.SearchDefaultLimit), func(v int64) { l.SearchDefaultLimit = int(v) }},
 		{"maxSearchLimit", int64(job.MaxSearchLimit), int64(caps.MaxSearchLimit), int64(l.MaxSearchLimit), func(v int64) { l.MaxSearchLimit = int(v) }},
+		{"maxOutputItems", int64(job.MaxOutputItems), int64(caps.MaxOutputItems), int64(l.MaxOutputItems), func(v int64) { l.MaxOutputItems = int(v) }},
+		{"maxTotalCpuMs", int64(job.MaxTotalCPUMs), int64(caps.MaxTotalCPUMs), int64(l.MaxTotalCPUMs), func(v int64) { l.MaxTotalCPUMs = int(v) }},
 	}
 	for _, f := range fields {
 		if f.job < 0 {
@@ -144,6 +155,12 @@ func fillLimits(l, d sandbox.Limits) sandbox.Limits {
 	}
 	if l.MaxSearchLimit == 0 {
 		l.MaxSearchLimit = d.MaxSearchLimit
+	}
+	if l.MaxOutputItems == 0 {
+		l.MaxOutputItems = d.MaxOutputItems
+	}
+	if l.MaxTotalCPUMs == 0 {
+		l.MaxTotalCPUMs = d.MaxTotalCPUMs
 	}
 	return l
 }

@@ -119,7 +119,7 @@ func (c *CodeMode) handleExec(ctx context.Context, job *contracts.Job) (json.Raw
 	if err != nil {
 		return nil, err // the job's context ended: the worker reports it
 	}
-	res := &out.Result
+	res := c.bound(&out.Result)
 	if res.Status != sandbox.StatusWaiting {
 		return finalAnswer(res)
 	}

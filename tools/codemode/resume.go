@@ -77,7 +77,7 @@ func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob 
 		_, _ = c.store.save(bg, rec, rev, c.remaining(rec))
 		return nil, err
 	}
-	res := &out.Result
+	res := c.bound(&out.Result)
 	rec.SuspendedMs += suspended
 	res.Telemetry.SuspendedMs = rec.SuspendedMs
 	if waitJob != "" && rec.Wait != nil && rec.Wait.Owner == waitJob {
