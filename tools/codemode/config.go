@@ -34,6 +34,11 @@ type Config struct {
 	// lets runs see; Deny lists ids they never see.
 	Allow []string
 	Deny  []string
+	// ShellExec lets runs call the shell exec tool (its catalog entry,
+	// toolq:core:exec, with approvals parking the run). Off by default: the
+	// code-mode contract never exposes the plain shell to guest code. Even
+	// when on, only a run whose job lists the tool's id in tools gets it.
+	ShellExec bool
 	// MaxSuspendedPerSession caps the runs of one session waiting at once
 	// (the code-mode contract: 64).
 	MaxSuspendedPerSession int

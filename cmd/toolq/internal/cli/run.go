@@ -35,6 +35,7 @@ type workerFlags struct {
 	stopTimeout     time.Duration
 	snapshotKeyFile string
 	noCodeMode      bool
+	codeModeExec    bool
 	builtins        bool
 	mcpConfig       string
 	exec            execFlags
@@ -53,6 +54,7 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "how long a code-mode resume may hold a run before another worker takes it over")
 	cmd.Flags().StringVar(&f.snapshotKeyFile, "snapshot-key-file", "", "key that signs code-mode snapshots, shared by every worker (or env TOOLQ_SNAPSHOT_KEY, hex)")
 	cmd.Flags().BoolVar(&f.noCodeMode, "no-code-mode", false, "do not run code-mode jobs on this worker")
+	cmd.Flags().BoolVar(&f.codeModeExec, "codemode-exec", false, "let code-mode runs call the shell exec tool (toolq:core:exec), when the run's tools name it; off by default")
 	cmd.Flags().BoolVar(&f.builtins, "builtins", false, "also run the diagnostic tools noop and sleep (always on in dev)")
 	addMCPFlag(cmd, &f.mcpConfig)
 	f.exec.register(cmd)
@@ -127,6 +129,7 @@ func (n *node) registerCodeMode(ctx context.Context, g *globals, nc *nats.Conn, 
 	}
 	n.cm, err = codemode.Register(n.w, nc, &codemode.Config{
 		Engine: n.engine, Subjects: g.subjects(), Replicas: f.replicas, Logger: g.log, LeaseTTL: f.leaseTTL,
+		ShellExec: f.codeModeExec,
 	})
 	return err
 }
