@@ -33,6 +33,12 @@ type ExecRequest struct {
 	// RunID names the run in a waiting result and in ToolCalls; empty: a
 	// random one.
 	RunID string
+	// Session and Step are signed into the run's snapshots with RunID:
+	// Resume restores a snapshot only as the run, session and step it was
+	// made for. Step is the step of the first snapshot (1 when zero); each
+	// resume that waits again makes the next.
+	Session string
+	Step    int
 }
 
 // ResumeRequest continues a waiting run.
@@ -46,6 +52,12 @@ type ResumeRequest struct {
 	Bridge      Bridge
 	// Limits override the ones saved in the snapshot when non-zero.
 	Limits Limits
+	// RunID, Session and Step are what the caller restores: they must be
+	// those the snapshot was signed with (see ExecRequest), or the snapshot
+	// is refused. Outcome.Step gives the step of a new snapshot.
+	RunID   string
+	Session string
+	Step    int
 }
 
 // Outcome is the result of Exec or Resume. Snapshot is set when the run is
@@ -53,12 +65,16 @@ type ResumeRequest struct {
 type Outcome struct {
 	Result   Result
 	Snapshot []byte
+	// Step is the step Snapshot is bound to (with the run id and session).
+	Step int
 }
 
 // hostState is the host's bookkeeping of a run, saved inside its snapshot so
 // that a snapshot is self-contained.
 type hostState struct {
 	RunID       string        `json:"runId"`
+	Session     string        `json:"session,omitempty"`
+	Step        int           `json:"step"`
 	Tools       []Tool        `json:"tools"`
 	Limits      Limits        `json:"limits"`
 	Pending     []pendingCall `json:"pending,omitempty"`
@@ -120,7 +136,7 @@ func (e *Engine) Exec(ctx context.Context, req *ExecRequest) (*Outcome, error) {
 		_, _ = rand.Read(b[:])
 		runID = "run_" + hex.EncodeToString(b[:])
 	}
-	st := hostState{RunID: runID, Tools: req.Catalog, Limits: limits}
+	st := hostState{RunID: runID, Session: req.Session, Step: max(req.Step, 1), Tools: req.Catalog, Limits: limits}
 	fail := func(err error) (*Outcome, error) {
 		ce := contracts.AsError(err)
 		return &Outcome{Result: Result{
@@ -202,10 +218,15 @@ func (e *Engine) Resume(ctx context.Context, req *ResumeRequest) (*Outcome, erro
 		}
 		return fail(contracts.CodeInternalError, "code mode snapshot refused: %v", err)
 	}
+	want := snapshot.Binding{RunID: req.RunID, Session: req.Session, Step: uint32(max(req.Step, 0))} //nolint:gosec // G115: a step is a count of suspensions
+	if snap.Binding != want {
+		return fail(contracts.CodeInternalError, "code mode snapshot refused: it belongs to %s, not to %s", snap.Binding, want)
+	}
 	var st hostState
 	if err := json.Unmarshal(snap.Host, &st); err != nil {
 		return fail(contracts.CodeInternalError, "code mode snapshot refused: host state: %v", err)
 	}
+	st.Step++
 	st.Limits = withDefaults(req.Limits, withDefaults(st.Limits, e.limits))
 	if st.Limits.MemoryLimitBytes > e.maxMem {
 		st.Limits.MemoryLimitBytes = e.maxMem
@@ -728,7 +749,7 @@ func (r *run) finish(ctx context.Context, err error) (*Outcome, error) {
 		return &Outcome{Result: res}, nil
 	}
 	res.Telemetry.SnapshotBytes = len(blob)
-	return &Outcome{Result: res, Snapshot: blob}, nil
+	return &Outcome{Result: res, Snapshot: blob, Step: r.st.Step}, nil
 }
 
 func (r *run) timeoutMs() int64 {
@@ -750,6 +771,7 @@ func (r *run) snapshot(ctx context.Context) ([]byte, error) {
 		RuntimePtr:   regs.RuntimePtr,
 		ContextPtr:   regs.ContextPtr,
 		Host:         host,
+		Binding:      snapshot.Binding{RunID: r.st.RunID, Session: r.st.Session, Step: uint32(r.st.Step)}, //nolint:gosec // G115: a step is a count of suspensions
 	}, r.st.Limits.MaxSnapshotBytes)
 }
 

@@ -52,6 +52,8 @@ func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob 
 		out, err = c.cfg.Engine.Resume(ctx, &sandbox.ResumeRequest{
 			Snapshot: snap, Settlements: settle,
 			Bridge: &bridge{refs: rec.Catalog, restartSafe: rec.RestartSafe}, Limits: rec.Limits,
+			// The snapshot must be this run's, of this session, at this step.
+			RunID: rec.RunID, Session: rec.Session, Step: rec.Waits,
 		})
 		if err == nil && snapshotRefused(&out.Result) {
 			err = fmt.Errorf("%s", out.Result.Error)
@@ -131,7 +133,7 @@ func (c *CodeMode) replay(ctx context.Context, rec *record) (*sandbox.Outcome, e
 	c.catalog.mu.RUnlock()
 	out, err := c.cfg.Engine.Exec(ctx, &sandbox.ExecRequest{
 		Input:   sandbox.Input{Code: rec.Code, Language: rec.Language},
-		Catalog: tools, Limits: rec.Limits, RunID: rec.RunID,
+		Catalog: tools, Limits: rec.Limits, RunID: rec.RunID, Session: rec.Session, Step: rec.Waits + 1,
 		Bridge: &bridge{refs: rec.Catalog, restartSafe: true, replay: answers},
 	})
 	if err != nil {
