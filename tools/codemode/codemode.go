@@ -151,6 +151,8 @@ func (c *CodeMode) start(ctx context.Context) error {
 		_ = c.stop(ctx)
 		return err
 	}
+	c.loops.Add(1)
+	go c.sweep(lctx) //nolint:contextcheck // the sweep lives until Stop, not until Start's ctx ends
 	return nil
 }
 

@@ -45,6 +45,10 @@ type Config struct {
 	// LeaseTTL is how long a resume may hold a run before another worker
 	// may take it over; 30 s by default.
 	LeaseTTL time.Duration
+	// SweepInterval is how often a worker looks for autoResume runs that
+	// could resume but that nobody resumes (a lease that ran out, results
+	// back with no resume under way); LeaseTTL by default.
+	SweepInterval time.Duration
 	// InlineSnapshotBytes: snapshots up to this size live in the run record,
 	// larger ones in the object store; 64 KiB by default.
 	InlineSnapshotBytes int
@@ -77,6 +81,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = 30 * time.Second
 	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = c.LeaseTTL
+	}
 	if c.InlineSnapshotBytes == 0 {
 		c.InlineSnapshotBytes = 64 << 10
 	}
@@ -90,7 +97,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.SnapshotTTL < time.Second || c.MaxSnapshotTTL < c.SnapshotTTL {
 		return c, fmt.Errorf("codemode: snapshot TTL %s (max %s) invalid", c.SnapshotTTL, c.MaxSnapshotTTL)
 	}
-	if c.LeaseTTL < 100*time.Millisecond || c.MaxSuspendedPerSession < 1 || c.InlineSnapshotBytes < 0 || c.MaxResultBytes < 1024 {
+	if c.LeaseTTL < 100*time.Millisecond || c.MaxSuspendedPerSession < 1 || c.InlineSnapshotBytes < 0 || c.MaxResultBytes < 1024 ||
+		c.SweepInterval < 10*time.Millisecond {
 		return c, errors.New("codemode: lease TTL, suspended cap or inline size out of range")
 	}
 	return c, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/sandbox"
 	"github.com/toolq/toolq/tools/codemode"
+	"github.com/toolq/toolq/worker"
 )
 
 // TestPoisonFailuresEndAtOnce: a run whose failure or output would make an
@@ -129,4 +130,122 @@ func TestSnapshotKeyRotationOnTheBus(t *testing.T) {
 	ev = b.wait(t, two.Session, two.ID)
 	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, string(ev.Data.Result))
 	require.JSONEq(t, `"resumed"`, string(result(t, ev.Data.Result).Value))
+}
+
+// TestAutoResumeManyFastCalls: autoResume runs making fast nested calls one
+// after another all complete. The record write after a resume used to lose
+// its compare-and-set to the previous step's "submitted" write, the
+// conflict was swallowed and the run stayed "resuming" until its TTL.
+func TestAutoResumeManyFastCalls(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, "A", nil, nil)
+	b.startWorker(t, "B", nil, nil)
+	code := `let n = 0; for (let i = 0; i < 10; i++) n += (await tools.callValue("toolq:core:noop", {i})).i; return n;`
+	jobs := make([]*contracts.Job, 0, 4)
+	for range 4 {
+		jobs = append(jobs, b.exec(t, code, map[string]any{"autoResume": true}, nil))
+	}
+	for _, job := range jobs {
+		ev := b.await(t, job, false)
+		require.Equal(t, contracts.StatusCompleted, ev.Data.Status, string(ev.Data.Result))
+		require.JSONEq(t, `45`, string(result(t, ev.Data.Result).Value))
+	}
+}
+
+// TestAutoResumeYieldOnly: an autoResume run that only yields resumes at
+// once — there is no nested call whose result would wake it.
+func TestAutoResumeYieldOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, "A", nil, nil)
+	job := b.exec(t, `text("a"); await yield_control("one"); text("b"); await yield_control(); return "done";`,
+		map[string]any{"autoResume": true}, nil)
+	ev := b.await(t, job, false)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, string(ev.Data.Result))
+	r := result(t, ev.Data.Result)
+	require.JSONEq(t, `"done"`, string(r.Value))
+	require.Equal(t, 2, r.Telemetry.Resumes)
+	require.Len(t, r.Output, 2)
+}
+
+// TestExpiredLeaseIsSwept: an autoResume run left "resuming" by a worker
+// that died, with its results already recorded, is resumed by a live
+// worker once the lease runs out — no trigger is left to do it.
+func TestExpiredLeaseIsSwept(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	gate := func(w *worker.Worker) {
+		require.NoError(t, w.Register("gate", worker.HandlerFunc(func(ctx context.Context, j *contracts.Job) (json.RawMessage, error) {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return j.Input, nil
+		}), &worker.ToolConfig{Catalog: &contracts.CatalogTool{Description: "Echo when released."}}))
+	}
+	b.startWorker(t, "B", &codemode.Config{LeaseTTL: 300 * time.Millisecond}, gate)
+	job := b.exec(t, `return (await tools.callValue("toolq:core:gate", {n: 7})).n;`, map[string]any{"autoResume": true}, nil)
+	require.Equal(t, contracts.StatusWaiting, b.await(t, job, true).Data.Status)
+	// A worker "A" holds the run's lease (as if it had begun a resume and
+	// died) while the result comes back.
+	js := testutil.JetStream(t, b.srv.Connect(t))
+	ctx := testutil.Context(t, 10*time.Second)
+	kv, err := js.KeyValue(ctx, "toolq_runs")
+	require.NoError(t, err)
+	key := job.Session + "." + job.ID
+	e, err := kv.Get(ctx, key)
+	require.NoError(t, err)
+	var rec map[string]any
+	require.NoError(t, json.Unmarshal(e.Value(), &rec))
+	rec["status"] = "resuming"
+	rec["lease"] = map[string]any{"owner": "A", "until": time.Now().Add(2 * time.Second)}
+	data, err := json.Marshal(rec)
+	require.NoError(t, err)
+	_, err = kv.Update(ctx, key, data, e.Revision())
+	require.NoError(t, err)
+	close(release)
+
+	final := b.await(t, job, false)
+	require.Equal(t, contracts.StatusCompleted, final.Data.Status, string(final.Data.Result))
+	require.JSONEq(t, `7`, string(result(t, final.Data.Result).Value))
+}
+
+// TestSweepResumesStalledRun: the sweep resumes an autoResume run whose
+// results are recorded but which no trigger is left to resume: its
+// resuming worker died after the trigger was acknowledged.
+func TestSweepResumesStalledRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	never := func(w *worker.Worker) {
+		require.NoError(t, w.Register("never", worker.HandlerFunc(func(ctx context.Context, _ *contracts.Job) (json.RawMessage, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}), &worker.ToolConfig{Catalog: &contracts.CatalogTool{Description: "Never answers."}}))
+	}
+	b.startWorker(t, "B", &codemode.Config{LeaseTTL: 200 * time.Millisecond, SweepInterval: 100 * time.Millisecond}, never)
+	job := b.exec(t, `return (await tools.callValue("toolq:core:never", {})).n;`, map[string]any{"autoResume": true}, nil)
+	require.Equal(t, contracts.StatusWaiting, b.await(t, job, true).Data.Status)
+	js := testutil.JetStream(t, b.srv.Connect(t))
+	ctx := testutil.Context(t, 10*time.Second)
+	kv, err := js.KeyValue(ctx, "toolq_runs")
+	require.NoError(t, err)
+	key := job.Session + "." + job.ID
+	e, err := kv.Get(ctx, key)
+	require.NoError(t, err)
+	var rec map[string]any
+	require.NoError(t, json.Unmarshal(e.Value(), &rec))
+	rec["results"] = []map[string]any{{"callId": "call_1", "value": map[string]any{"n": 9}, "at": time.Now()}}
+	rec["status"] = "resuming"
+	rec["lease"] = map[string]any{"owner": "A", "until": time.Now().Add(-time.Second)}
+	data, err := json.Marshal(rec)
+	require.NoError(t, err)
+	_, err = kv.Update(ctx, key, data, e.Revision())
+	require.NoError(t, err)
+
+	final := b.await(t, job, false)
+	require.Equal(t, contracts.StatusCompleted, final.Data.Status, string(final.Data.Result))
+	require.JSONEq(t, `9`, string(result(t, final.Data.Result).Value))
 }

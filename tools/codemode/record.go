@@ -127,9 +127,11 @@ func (r *record) idle(now time.Time) bool {
 // resumable: idle, and every pending call has its result (or the run only
 // yielded).
 func (r *record) resumable(now time.Time) bool {
-	if !r.idle(now) {
-		return false
-	}
+	return r.idle(now) && r.allBack()
+}
+
+// allBack: every pending call has its result.
+func (r *record) allBack() bool {
 	for _, p := range r.Pending {
 		if !r.hasResult(p.CallID) {
 			return false
