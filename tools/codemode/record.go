@@ -93,6 +93,9 @@ type catalogRef struct {
 type lease struct {
 	Owner string    `json:"owner"`
 	Until time.Time `json:"until"`
+	// Token names one resume of the owner: two triggers on one worker
+	// must not both resume the run.
+	Token string `json:"token,omitempty"`
 }
 
 func (l *lease) heldBy(other string, now time.Time) bool {

@@ -31,10 +31,8 @@ func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob 
 	if rec.Lease.heldBy("", now) {
 		return nil, errBusy
 	}
-	// The lease names this resume, not only this worker: two triggers on
-	// one worker must not resume the run twice.
-	owner := c.w.Name() + "/" + nuid.Next()
-	rec.Lease = &lease{Owner: owner, Until: now.Add(c.cfg.LeaseTTL)}
+	token := nuid.Next()
+	rec.Lease = &lease{Owner: c.w.Name(), Until: now.Add(c.cfg.LeaseTTL), Token: token}
 	rec.Status = runResuming
 	rev, err := c.store.save(ctx, rec, rev, c.remaining(rec))
 	if err != nil {
@@ -102,7 +100,7 @@ func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob 
 	if err := c.store.putSnapshot(ctx, rec, out.Snapshot); err != nil {
 		return nil, err
 	}
-	if rev, err = c.saveLeased(ctx, rec, rev, owner, waitJob); err != nil {
+	if rev, err = c.saveLeased(ctx, rec, rev, token, waitJob); err != nil {
 		return nil, err
 	}
 	if old != "" && old != rec.SnapshotObject {
@@ -130,8 +128,8 @@ var errLeaseLost = errors.New("codemode: the run's resume lease was taken over")
 // changed the record meanwhile without taking the run — a nested call's
 // submit marking its calls submitted, a wait claiming the run, a duplicate
 // result: on a conflict it reloads, keeps their wait claim and writes again
-// as long as this resume (owner) still holds the lease.
-func (c *CodeMode) saveLeased(ctx context.Context, rec *record, rev uint64, owner, waitJob string) (uint64, error) {
+// as long as this resume (its lease token) still holds the lease.
+func (c *CodeMode) saveLeased(ctx context.Context, rec *record, rev uint64, token, waitJob string) (uint64, error) {
 	for range 20 {
 		next, err := c.store.save(ctx, rec, rev, c.remaining(rec))
 		if !errors.Is(err, errStale) {
@@ -141,7 +139,7 @@ func (c *CodeMode) saveLeased(ctx context.Context, rec *record, rev uint64, owne
 		if err != nil {
 			return 0, err
 		}
-		if fresh.Status != runResuming || fresh.Lease == nil || fresh.Lease.Owner != owner {
+		if fresh.Status != runResuming || fresh.Lease == nil || fresh.Lease.Token != token {
 			return 0, errLeaseLost
 		}
 		rec.Wait = fresh.Wait
