@@ -30,8 +30,10 @@ func TestPoisonFailuresEndAtOnce(t *testing.T) {
 	}{
 		{"huge error", `throw new Error("y".repeat(1.2e7))`, "", nil},
 		{"empty items", `for (;;) text("")`, contracts.CodeOutputLimitExceeded, nil},
-		{"huge waiting result", `await tools.callValue("toolq:core:noop", {x: "z".repeat(2e6)})`, contracts.CodeOutputLimitExceeded,
-			map[string]any{"autoResume": true}},
+		{
+			"huge waiting result", `await tools.callValue("toolq:core:noop", {x: "z".repeat(2e6)})`, contracts.CodeOutputLimitExceeded,
+			map[string]any{"autoResume": true},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

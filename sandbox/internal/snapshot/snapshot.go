@@ -237,7 +237,7 @@ func (c *Codec) Encode(s *Snapshot, max int) ([]byte, error) {
 	out := make([]byte, headerSize, headerSize+len(c.sign.ID)+len(bind)+len(raw)/8+macSize)
 	copy(out[0:4], magic[:])
 	out[4] = Version
-	out[5] = byte(len(c.sign.ID))
+	out[5] = byte(len(c.sign.ID))                             //nolint:gosec // G115: NewCodec checks the id is at most 64 bytes
 	binary.LittleEndian.PutUint16(out[6:], uint16(len(bind))) //nolint:gosec // G115: bounded above
 	copy(out[8:40], c.wasmSHA[:])
 	copy(out[40:72], c.imageSHA[:])
@@ -254,7 +254,7 @@ func (c *Codec) Encode(s *Snapshot, max int) ([]byte, error) {
 	if body > math.MaxUint32 {
 		return nil, fmt.Errorf("%w: %d compressed bytes", ErrTooLarge, body)
 	}
-	binary.LittleEndian.PutUint32(out[92:], uint32(body))
+	binary.LittleEndian.PutUint32(out[92:], uint32(body)) //nolint:gosec // G115: checked against MaxUint32 above
 	mac := hmac.New(sha256.New, c.sign.Key)
 	mac.Write(out)
 	out = mac.Sum(out)
