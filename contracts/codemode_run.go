@@ -92,7 +92,8 @@ func (in *CodeModeExecInput) Validate() error {
 	}
 	if l := in.Limits; l != nil {
 		if l.TimeoutMs < 0 || l.MemoryLimitBytes < 0 || l.MaxOutputBytes < 0 || l.MaxSnapshotBytes < 0 ||
-			l.MaxPendingToolCalls < 0 || l.SearchDefaultLimit < 0 || l.MaxSearchLimit < 0 || l.SnapshotTTLSeconds < 0 {
+			l.MaxPendingToolCalls < 0 || l.SearchDefaultLimit < 0 || l.MaxSearchLimit < 0 || l.SnapshotTTLSeconds < 0 ||
+			l.MaxOutputItems < 0 || l.MaxTotalCPUMs < 0 {
 			return Errorf(CodeInvalidInput, "limits must not be negative")
 		}
 	}
@@ -109,7 +110,25 @@ type CodeModeLimits struct {
 	MaxPendingToolCalls int   `json:"maxPendingToolCalls,omitempty"`
 	SearchDefaultLimit  int   `json:"searchDefaultLimit,omitempty"`
 	MaxSearchLimit      int   `json:"maxSearchLimit,omitempty"`
+	// MaxOutputItems caps the number of text()/json() items of a run, so
+	// that empty items are not free; maxOutputBytes caps their size, and
+	// every item counts CodeModeOutputItemBytes against it besides its
+	// content.
+	MaxOutputItems int `json:"maxOutputItems,omitempty"`
+	// MaxTotalCPUMs caps the time a run spends running, summed over exec
+	// and every resume; timeoutMs bounds one slice. Exceeding it fails the
+	// run with timeout.
+	MaxTotalCPUMs int `json:"maxTotalCpuMs,omitempty"`
 }
+
+// CodeModeOutputItemBytes is what each output item costs against
+// maxOutputBytes besides its text or value: about the JSON around it.
+const CodeModeOutputItemBytes = 16
+
+// CodeModeMaxErrorBytes caps the error text of a failed run (a guest
+// error's name and message, or a host error): a longer one is cut, so a
+// huge thrown message cannot make the result larger than a message.
+const CodeModeMaxErrorBytes = 4096
 
 // DefaultCodeModeLimits returns the code-mode contract's defaults.
 func DefaultCodeModeLimits() CodeModeLimits {
@@ -121,6 +140,8 @@ func DefaultCodeModeLimits() CodeModeLimits {
 		MaxPendingToolCalls: 16,
 		SearchDefaultLimit:  8,
 		MaxSearchLimit:      50,
+		MaxOutputItems:      1000,
+		MaxTotalCPUMs:       60000,
 	}
 }
 

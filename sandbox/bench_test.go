@@ -87,6 +87,7 @@ func BenchmarkSuspendResume(b *testing.B) {
 		res, err := testEngine.Resume(ctx, &sandbox.ResumeRequest{
 			Snapshot:    out.Snapshot,
 			Settlements: []sandbox.Settlement{ok("call_1", 3)}, Bridge: bridge,
+			RunID: out.Result.RunID, Step: out.Step,
 		})
 		resumeD = append(resumeD, time.Since(t0))
 		if err != nil || res.Result.Status != sandbox.StatusCompleted {

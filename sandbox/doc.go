@@ -3,7 +3,8 @@
 // of the npm package quickjs-wasi 3.7.0) on wazero, with the guest runtime
 // of the code-mode contract (ALL_TOOLS, tools, MCP, namespaces, API, text, json,
 // yield_control). A run that awaits tool calls is frozen into a signed
-// snapshot and resumed later, in any process holding the same key.
+// snapshot and resumed later, in any process holding the key it was signed
+// with, and only as the run, session and step it was made for.
 //
 // The package imports no messaging: the bus side stores snapshots and feeds
 // settlements back.
@@ -57,8 +58,8 @@
 // telemetry), HMAC-SHA256-signed, under a versioned header carrying the
 // sha256 of the wasm build and of the image. A snapshot is self-contained:
 // Engine.Resume needs only the blob, the settlements and a Bridge. It
-// refuses a bad signature, another build or a malformed blob with
-// internal_error, one above maxSnapshotBytes with snapshot_limit_exceeded,
+// refuses a bad signature, another build, an unknown key id, a snapshot of
+// another run, session or step, or a malformed blob with internal_error, one above maxSnapshotBytes with snapshot_limit_exceeded,
 // settles the calls in the order given (draining the job queue after each,
 // as if the results had arrived live) and ends completed, failed or waiting
 // again. Restores of one snapshot replay its Math.random sequence.
@@ -69,6 +70,13 @@
 // QuickJS's interrupt handler, so that catch blocks cannot swallow it),
 // memoryLimitBytes (QuickJS heap; the wasm memory is capped at 2.5× the
 // engine's maximum plus 2 MiB), maxOutputBytes (text, json and the returned
-// value together), maxSnapshotBytes, maxPendingToolCalls, searchDefaultLimit
-// and maxSearchLimit.
+// value together; each output item also costs 16 bytes), maxOutputItems,
+// maxTotalCpuMs (time running over exec and every resume),
+// maxSnapshotBytes, maxPendingToolCalls, searchDefaultLimit and
+// maxSearchLimit. A failed run's error text is cut to 4 KiB.
+//
+// Module loading (import and export statements, import(), import.meta,
+// require, module, exports and other loaders) is refused with
+// invalid_input after a parse of the code, so text that only looks like a
+// loader runs.
 package sandbox

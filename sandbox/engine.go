@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -41,6 +43,8 @@ func withDefaults(l, d Limits) Limits {
 	pick(&l.MaxPendingToolCalls, d.MaxPendingToolCalls)
 	pick(&l.SearchDefaultLimit, d.SearchDefaultLimit)
 	pick(&l.MaxSearchLimit, d.MaxSearchLimit)
+	pick(&l.MaxOutputItems, d.MaxOutputItems)
+	pick(&l.MaxTotalCPUMs, d.MaxTotalCPUMs)
 	if l.SearchDefaultLimit > l.MaxSearchLimit {
 		l.SearchDefaultLimit = l.MaxSearchLimit
 	}
@@ -50,8 +54,17 @@ func withDefaults(l, d Limits) Limits {
 // EngineConfig configures an Engine.
 type EngineConfig struct {
 	// SnapshotKey signs snapshots (HMAC-SHA256); at least 32 bytes. Every
-	// process that resumes a run must hold the same key.
+	// process that resumes a run must hold the key it was signed with: this
+	// one or one of SnapshotVerifyKeys.
 	SnapshotKey []byte
+	// SnapshotKeyID names SnapshotKey in the header of every snapshot it
+	// signs, 1 to 64 of [A-Za-z0-9._-]. Default: "k-" and 12 hex digits of
+	// the key's SHA-256, so two keys never share an id by accident.
+	SnapshotKeyID string
+	// SnapshotVerifyKeys are older keys whose snapshots are still accepted
+	// (never used to sign): rotate by making the new key current on every
+	// worker while keeping the old one here until its runs are over.
+	SnapshotVerifyKeys []SnapshotKey
 	// Limits are the defaults of runs; zero fields take DefaultLimits.
 	Limits Limits
 	// MaxMemoryLimitBytes is the largest memoryLimitBytes a run may ask for;
@@ -67,6 +80,15 @@ type EngineConfig struct {
 	CompilationCacheDir string
 	// Wasm overrides the embedded quickjs.wasm (tests of foreign builds).
 	Wasm []byte
+}
+
+// SnapshotKey is a snapshot-verification key and its id.
+type SnapshotKey = snapshot.Key
+
+// DefaultSnapshotKeyID is the id a key gets when none is given.
+func DefaultSnapshotKeyID(key []byte) string {
+	sum := sha256.Sum256(key)
+	return "k-" + hex.EncodeToString(sum[:6])
 }
 
 // Engine runs code-mode programs. One Engine per process: it holds the
@@ -142,7 +164,18 @@ func NewEngine(ctx context.Context, cfg *EngineConfig) (*Engine, error) {
 	}
 	e.rt = rt
 	e.install, e.start = rt.Roots[0], rt.Roots[1]
-	e.codec, err = snapshot.NewCodec(cfg.SnapshotKey, rt.WasmSHA256, rt.ImageSHA256, rt.Image(), int(pages)*engine.PageSize)
+	keyID := cfg.SnapshotKeyID
+	if keyID == "" {
+		keyID = DefaultSnapshotKeyID(cfg.SnapshotKey)
+	}
+	verify := make([]SnapshotKey, 0, len(cfg.SnapshotVerifyKeys))
+	for _, k := range cfg.SnapshotVerifyKeys {
+		if k.ID == "" {
+			k.ID = DefaultSnapshotKeyID(k.Key)
+		}
+		verify = append(verify, k)
+	}
+	e.codec, err = snapshot.NewCodec(SnapshotKey{ID: keyID, Key: cfg.SnapshotKey}, verify, rt.WasmSHA256, rt.ImageSHA256, rt.Image(), int(pages)*engine.PageSize)
 	if err != nil {
 		_ = rt.Close(ctx)
 		return nil, err
@@ -212,6 +245,9 @@ func (e *Engine) Close(ctx context.Context) error {
 
 // Limits returns the engine's default limits.
 func (e *Engine) Limits() Limits { return e.limits }
+
+// SnapshotKeyID returns the id of the key the engine signs snapshots with.
+func (e *Engine) SnapshotKeyID() string { return e.codec.SigningKeyID() }
 
 // WasmSHA256 returns the digest of the engine's quickjs.wasm.
 func (e *Engine) WasmSHA256() [32]byte { return e.rt.WasmSHA256 }

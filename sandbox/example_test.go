@@ -81,6 +81,9 @@ func ExampleEngine_Resume() {
 		Snapshot:    out.Snapshot,
 		Settlements: []sandbox.Settlement{{CallID: call.CallID, Value: json.RawMessage(`"README.md"`)}},
 		Bridge:      shippingBridge{},
+		// The snapshot is signed for this run and step: it restores as
+		// nothing else.
+		RunID: "run-42", Step: out.Step,
 	})
 	if err != nil {
 		panic(err)

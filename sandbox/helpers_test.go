@@ -94,6 +94,8 @@ func newBridge() *memBridge {
 type bundle struct {
 	e      *sandbox.Engine
 	bridge *memBridge
+	// steps remembers the step each snapshot of run-1 is bound to.
+	steps sync.Map
 }
 
 func setup(t *testing.T) *bundle {
@@ -107,13 +109,21 @@ func (b *bundle) exec(t *testing.T, code string, limits sandbox.Limits) *sandbox
 		Input: sandbox.Input{Code: code}, Catalog: testCatalog(), Bridge: b.bridge, Limits: limits, RunID: "run-1",
 	})
 	require.NoError(t, err)
+	b.steps.Store(string(out.Snapshot), out.Step)
 	return out
 }
 
 func (b *bundle) resume(t *testing.T, snap []byte, s ...sandbox.Settlement) *sandbox.Outcome {
 	t.Helper()
-	out, err := b.e.Resume(context.Background(), &sandbox.ResumeRequest{Snapshot: snap, Settlements: s, Bridge: b.bridge})
+	step := 1
+	if v, ok := b.steps.Load(string(snap)); ok {
+		step = v.(int)
+	}
+	out, err := b.e.Resume(context.Background(), &sandbox.ResumeRequest{
+		Snapshot: snap, Settlements: s, Bridge: b.bridge, RunID: "run-1", Step: step,
+	})
 	require.NoError(t, err)
+	b.steps.Store(string(out.Snapshot), out.Step)
 	return out
 }
 

@@ -1,8 +1,11 @@
 package sandbox
 
 import (
-	"regexp"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/evanw/esbuild/pkg/api"
 
@@ -16,31 +19,108 @@ func (in Input) Validate() (source, language string, err error) {
 	return (&contracts.CodeModeExecInput{Code: in.Code, Command: in.Command, Language: in.Language}).Script()
 }
 
-// forbidden are the module-loading forms exec refuses, in source and in
-// transpiled output alike.
-var forbidden = []struct {
-	re   *regexp.Regexp
-	what string
-}{
-	{regexp.MustCompile(`(?m)(^|[;{}]|\*/)\s*import\s*(["'{*]|[\p{L}_$][\p{L}\p{N}_$]*\s*(,|\bfrom\b))`), "import statements"},
-	{regexp.MustCompile(`(?m)(^|[;{}]|\*/)\s*import\s+type\b`), "import statements"},
-	{regexp.MustCompile(`\bimport\s*\(`), "dynamic import()"},
-	{regexp.MustCompile(`\bimport\s*\.\s*meta\b`), "import.meta"},
-	{regexp.MustCompile(`(?m)(^|[;{}]|\*/)\s*export\s+(default\b|\{|\*|const\b|let\b|var\b|function\b|async\b|class\b|type\b|interface\b|enum\b|=)`), "module exports"},
-	{regexp.MustCompile(`\brequire\s*(\(|\.\s*(resolve|cache|main)\b)`), "require()"},
-	{regexp.MustCompile(`\bimportScripts\s*\(`), "importScripts()"},
-	{regexp.MustCompile(`\bmodule\s*\.\s*(exports|require)\b`), "module loaders"},
-	{regexp.MustCompile(`\b(System\s*\.\s*import|__webpack_require__|__non_webpack_require__)\b`), "module loaders"},
+// Module loading is refused by a parse, not by matching text: esbuild
+// parses the script (the wrapped source, or the JavaScript a TypeScript
+// input became), so text inside strings, comments, regular expressions and
+// property names (api.import(…)) is never mistaken for a loader, and escaped
+// or aliased forms (r\u0065quire, (0, require)(…), const load = require)
+// are seen for what they are. Two transforms:
+//
+//  1. Lowering dynamic import for an engine without it: esbuild rewrites
+//     every import(…) — string or not — into a call of a free require, and
+//     reports import.meta (empty-import-meta). Free references to require in
+//     the source are renamed first, to a per-check random name, so the two
+//     stay apart.
+//  2. Renaming the free identifiers of module loaders (require, module,
+//     exports, importScripts, System.import and bundlers' requires) to
+//     random names. esbuild renames only unbound references: a local
+//     variable or parameter called require, a property named require, and
+//     text are left alone.
+//
+// A random name in the output means the code refers to a loader; the names
+// are fresh per check, so no input can spell them. Import and export
+// statements cannot stand in a function body: they are syntax errors, also
+// refused with invalid_input.
+type loaderNames struct{ require, dynImport, module string }
+
+func newLoaderNames() loaderNames {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	n := hex.EncodeToString(b[:])
+	return loaderNames{require: "__toolq_require_" + n, dynImport: "__toolq_import_" + n, module: "__toolq_module_" + n}
 }
 
-func checkForbidden(src string) error {
-	for _, f := range forbidden {
-		if f.re.MatchString(src) {
-			return contracts.Errorf(contracts.CodeInvalidInput,
-				"code mode refuses %s: tools are reached through the tools, MCP and API globals", f.what)
+func refusal(what string) error {
+	return contracts.Errorf(contracts.CodeInvalidInput,
+		"code mode refuses %s: tools are reached through the tools, MCP and API globals", what)
+}
+
+// checkLoaders parses script (JavaScript, already wrapped) and refuses any
+// module-loading form. Syntax errors are invalid_input too.
+func checkLoaders(script string) error {
+	names := newLoaderNames()
+	first := api.Transform(script, api.TransformOptions{
+		Loader:    api.LoaderJS,
+		Format:    api.FormatCommonJS,
+		Supported: map[string]bool{"dynamic-import": false},
+		Define:    map[string]string{"require": names.require},
+		LogLevel:  api.LogLevelSilent,
+	})
+	if len(first.Errors) > 0 {
+		return syntaxError(first.Errors[0])
+	}
+	for _, w := range first.Warnings {
+		if w.ID == "empty-import-meta" {
+			return refusal("import.meta")
 		}
 	}
+	second := api.Transform(string(first.Code), api.TransformOptions{
+		Loader: api.LoaderJS,
+		Define: map[string]string{
+			"require":                 names.dynImport,
+			"module":                  names.module,
+			"exports":                 names.module,
+			"importScripts":           names.module,
+			"System.import":           names.module,
+			"__webpack_require__":     names.module,
+			"__non_webpack_require__": names.module,
+		},
+		LogLevel: api.LogLevelSilent,
+	})
+	if len(second.Errors) > 0 {
+		return syntaxError(second.Errors[0])
+	}
+	out := string(second.Code)
+	switch {
+	case strings.Contains(out, names.dynImport):
+		return refusal("dynamic import()")
+	case strings.Contains(out, names.require):
+		return refusal("require()")
+	case strings.Contains(out, names.module):
+		return refusal("module loaders")
+	}
 	return nil
+}
+
+// syntaxError reports a parse error; an import or export statement (which
+// a function body cannot hold) is named as the refusal it is.
+func syntaxError(m api.Message) error {
+	msg := m.Text
+	if m.Location != nil {
+		line := strings.TrimSpace(m.Location.LineText)
+		msg = line + ": " + msg
+		for _, kw := range []string{"import", "export"} {
+			if rest, ok := strings.CutPrefix(line, kw); ok && (rest == "" || !isIdentPart(rest[0])) {
+				return contracts.Errorf(contracts.CodeInvalidInput,
+					"code mode refuses %s statements: tools are reached through the tools, MCP and API globals (%s)", kw, clipText(msg, 200))
+			}
+		}
+	}
+	return contracts.Errorf(contracts.CodeInvalidInput, "SyntaxError: %s", clipText(msg, 1000))
+}
+
+func isIdentPart(c byte) bool {
+	return c == '_' || c == '$' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
 }
 
 // wrapPrefix and wrapSuffix make the code the body of an async function, so
@@ -55,9 +135,6 @@ const (
 func prepare(in Input) (string, error) {
 	src, lang, err := in.Validate()
 	if err != nil {
-		return "", err
-	}
-	if err := checkForbidden(src); err != nil {
 		return "", err
 	}
 	script := wrapPrefix + src + wrapSuffix
@@ -77,9 +154,23 @@ func prepare(in Input) (string, error) {
 			return "", contracts.Errorf(contracts.CodeInvalidInput, "TypeScript: %s", msg)
 		}
 		script = strings.TrimRight(strings.TrimSpace(string(res.Code)), ";")
-		if err := checkForbidden(script); err != nil {
-			return "", err
-		}
+	}
+	if err := checkLoaders(script); err != nil {
+		return "", err
 	}
 	return script, nil
+}
+
+// clipText cuts s to at most n bytes on a rune boundary, saying how much
+// was cut.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const note = "… (%d bytes cut)"
+	keep := max(n-len(note)-8, 0)
+	for keep > 0 && !utf8.RuneStart(s[keep]) {
+		keep--
+	}
+	return s[:keep] + fmt.Sprintf(note, len(s)-keep)
 }

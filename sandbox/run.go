@@ -33,6 +33,12 @@ type ExecRequest struct {
 	// RunID names the run in a waiting result and in ToolCalls; empty: a
 	// random one.
 	RunID string
+	// Session and Step are signed into the run's snapshots with RunID:
+	// Resume restores a snapshot only as the run, session and step it was
+	// made for. Step is the step of the first snapshot (1 when zero); each
+	// resume that waits again makes the next.
+	Session string
+	Step    int
 }
 
 // ResumeRequest continues a waiting run.
@@ -46,6 +52,12 @@ type ResumeRequest struct {
 	Bridge      Bridge
 	// Limits override the ones saved in the snapshot when non-zero.
 	Limits Limits
+	// RunID, Session and Step are what the caller restores: they must be
+	// those the snapshot was signed with (see ExecRequest), or the snapshot
+	// is refused. Outcome.Step gives the step of a new snapshot.
+	RunID   string
+	Session string
+	Step    int
 }
 
 // Outcome is the result of Exec or Resume. Snapshot is set when the run is
@@ -53,12 +65,16 @@ type ResumeRequest struct {
 type Outcome struct {
 	Result   Result
 	Snapshot []byte
+	// Step is the step Snapshot is bound to (with the run id and session).
+	Step int
 }
 
 // hostState is the host's bookkeeping of a run, saved inside its snapshot so
 // that a snapshot is self-contained.
 type hostState struct {
 	RunID       string        `json:"runId"`
+	Session     string        `json:"session,omitempty"`
+	Step        int           `json:"step"`
 	Tools       []Tool        `json:"tools"`
 	Limits      Limits        `json:"limits"`
 	Pending     []pendingCall `json:"pending,omitempty"`
@@ -94,6 +110,9 @@ type run struct {
 	value    json.RawMessage
 	failed   *guestError
 	began    time.Time
+	// byBudget: the deadline is the end of the run's total CPU budget
+	// (maxTotalCpuMs), not of this slice's timeoutMs.
+	byBudget bool
 }
 
 type nullBridge struct{ CatalogBridge }
@@ -117,7 +136,7 @@ func (e *Engine) Exec(ctx context.Context, req *ExecRequest) (*Outcome, error) {
 		_, _ = rand.Read(b[:])
 		runID = "run_" + hex.EncodeToString(b[:])
 	}
-	st := hostState{RunID: runID, Tools: req.Catalog, Limits: limits}
+	st := hostState{RunID: runID, Session: req.Session, Step: max(req.Step, 1), Tools: req.Catalog, Limits: limits}
 	fail := func(err error) (*Outcome, error) {
 		ce := contracts.AsError(err)
 		return &Outcome{Result: Result{
@@ -199,10 +218,15 @@ func (e *Engine) Resume(ctx context.Context, req *ResumeRequest) (*Outcome, erro
 		}
 		return fail(contracts.CodeInternalError, "code mode snapshot refused: %v", err)
 	}
+	want := snapshot.Binding{RunID: req.RunID, Session: req.Session, Step: uint32(max(req.Step, 0))} //nolint:gosec // G115: a step is a count of suspensions
+	if snap.Binding != want {
+		return fail(contracts.CodeInternalError, "code mode snapshot refused: it belongs to %s, not to %s", snap.Binding, want)
+	}
 	var st hostState
 	if err := json.Unmarshal(snap.Host, &st); err != nil {
 		return fail(contracts.CodeInternalError, "code mode snapshot refused: host state: %v", err)
 	}
+	st.Step++
 	st.Limits = withDefaults(req.Limits, withDefaults(st.Limits, e.limits))
 	if st.Limits.MemoryLimitBytes > e.maxMem {
 		st.Limits.MemoryLimitBytes = e.maxMem
@@ -273,7 +297,15 @@ func (e *Engine) newRun(ctx context.Context, vm *engine.VM, st hostState, cat *C
 	}
 	r := &run{e: e, vm: vm, st: st, cat: cat, bridge: b, began: began}
 	r.deadline = began.Add(time.Duration(st.Limits.TimeoutMs) * time.Millisecond)
+	// The total budget is what is left of maxTotalCpuMs after the slices
+	// before this one.
+	left := time.Duration(float64(st.Limits.MaxTotalCPUMs)*float64(time.Millisecond)) -
+		time.Duration(st.Telemetry.DurationMs*float64(time.Millisecond))
+	if budget := began.Add(left); budget.Before(r.deadline) {
+		r.deadline, r.byBudget = budget, true
+	}
 	if d, ok := ctx.Deadline(); ok && d.Before(r.deadline) {
+		r.byBudget = false
 		r.deadline = d
 	}
 	vm.SetHandler(r)
@@ -423,7 +455,7 @@ func (r *run) HostCall(ctx context.Context, vm *engine.VM, name string, _ engine
 
 func (r *run) addOutputBytes(n int) error {
 	r.st.OutputBytes += n
-	if r.st.OutputBytes > r.st.Limits.MaxOutputBytes {
+	if r.st.OutputBytes > r.st.Limits.MaxOutputBytes || r.st.OutputBytes < 0 {
 		r.fatal = contracts.Errorf(contracts.CodeOutputLimitExceeded,
 			"code mode output exceeded maxOutputBytes (%d)", r.st.Limits.MaxOutputBytes)
 		return r.fatal
@@ -440,17 +472,22 @@ func (r *run) output(ctx context.Context, payload string) (engine.Value, error) 
 	if err := json.Unmarshal([]byte(toUTF8(payload)), &item); err != nil {
 		return 0, fmt.Errorf("output: %w", err)
 	}
+	if len(r.st.Output) >= r.st.Limits.MaxOutputItems {
+		r.fatal = contracts.Errorf(contracts.CodeOutputLimitExceeded,
+			"code mode output exceeded maxOutputItems (%d items)", r.st.Limits.MaxOutputItems)
+		return 0, r.fatal
+	}
 	var o Output
 	switch item.Type {
 	case OutputText:
 		o = Output{Type: OutputText, Text: item.Text}
-		if err := r.addOutputBytes(len(o.Text)); err != nil {
+		if err := r.addOutputBytes(len(o.Text) + contracts.CodeModeOutputItemBytes); err != nil {
 			return 0, err
 		}
 	case OutputJSON:
 		v := compact(item.Value)
 		o = Output{Type: OutputJSON, Value: v}
-		if err := r.addOutputBytes(len(v)); err != nil {
+		if err := r.addOutputBytes(len(v) + contracts.CodeModeOutputItemBytes); err != nil {
 			return 0, err
 		}
 	default:
@@ -647,6 +684,9 @@ func (r *run) finish(ctx context.Context, err error) (*Outcome, error) {
 		switch {
 		case errors.Is(ctx.Err(), context.Canceled):
 			return nil, cancelled(ctx.Err())
+		case !time.Now().Before(r.deadline) && r.byBudget:
+			fail(contracts.CodeTimeout, fmt.Sprintf("code mode run exceeded its total CPU budget of %d ms (maxTotalCpuMs) over exec and %d resumes",
+				r.st.Limits.MaxTotalCPUMs, r.st.Telemetry.Resumes))
 		case !time.Now().Before(r.deadline):
 			fail(contracts.CodeTimeout, fmt.Sprintf("code mode run timed out after %d ms", r.timeoutMs()))
 		case je != nil && strings.Contains(je.Message, "out of memory"):
@@ -690,6 +730,7 @@ func (r *run) finish(ctx context.Context, err error) (*Outcome, error) {
 	default:
 		fail("", "the code awaits a promise that nothing will settle")
 	}
+	res.Error = clipText(res.Error, contracts.CodeModeMaxErrorBytes)
 	r.st.Telemetry.DurationMs += ms(time.Since(r.began))
 	res.Telemetry = r.st.Telemetry
 	if res.Status != StatusWaiting {
@@ -708,7 +749,7 @@ func (r *run) finish(ctx context.Context, err error) (*Outcome, error) {
 		return &Outcome{Result: res}, nil
 	}
 	res.Telemetry.SnapshotBytes = len(blob)
-	return &Outcome{Result: res, Snapshot: blob}, nil
+	return &Outcome{Result: res, Snapshot: blob, Step: r.st.Step}, nil
 }
 
 func (r *run) timeoutMs() int64 {
@@ -730,6 +771,7 @@ func (r *run) snapshot(ctx context.Context) ([]byte, error) {
 		RuntimePtr:   regs.RuntimePtr,
 		ContextPtr:   regs.ContextPtr,
 		Host:         host,
+		Binding:      snapshot.Binding{RunID: r.st.RunID, Session: r.st.Session, Step: uint32(r.st.Step)}, //nolint:gosec // G115: a step is a count of suspensions
 	}, r.st.Limits.MaxSnapshotBytes)
 }
 

@@ -226,7 +226,7 @@ func TestSnapshotRefused(t *testing.T) {
 	t.Run("oversized", func(t *testing.T) {
 		t.Parallel()
 		res, err := b.e.Resume(context.Background(), &sandbox.ResumeRequest{
-			Snapshot: snap, Limits: sandbox.Limits{MaxSnapshotBytes: len(snap) - 1},
+			Snapshot: snap, Limits: sandbox.Limits{MaxSnapshotBytes: len(snap) - 1}, RunID: "run-1", Step: 1,
 		})
 		require.NoError(t, err)
 		requireFailed(t, res, "snapshot_limit_exceeded", "maxSnapshotBytes")
@@ -235,9 +235,9 @@ func TestSnapshotRefused(t *testing.T) {
 		t.Parallel()
 		other := otherEngine(t)
 		requireFailed(t, b.resume(t, snap[:0:0], ok("call_1", 1)), "internal_error", "")
-		res, err := other.Resume(context.Background(), &sandbox.ResumeRequest{Snapshot: snap, Settlements: []sandbox.Settlement{ok("call_1", 1)}})
+		res, err := other.Resume(context.Background(), &sandbox.ResumeRequest{Snapshot: snap, Settlements: []sandbox.Settlement{ok("call_1", 1)}, RunID: "run-1", Step: 1})
 		require.NoError(t, err)
-		requireFailed(t, res, "internal_error", "signature")
+		requireFailed(t, res, "internal_error", "key id \""+testEngine.SnapshotKeyID()+"\"")
 	})
 	t.Run("still valid after all that", func(t *testing.T) {
 		t.Parallel()
@@ -259,7 +259,7 @@ func TestForeignBuild(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, foreign.Close(context.Background())) })
 	require.NotEqual(t, testEngine.WasmSHA256(), foreign.WasmSHA256())
 
-	res, err := foreign.Resume(context.Background(), &sandbox.ResumeRequest{Snapshot: out.Snapshot, Settlements: []sandbox.Settlement{ok("call_1", 1)}})
+	res, err := foreign.Resume(context.Background(), &sandbox.ResumeRequest{Snapshot: out.Snapshot, Settlements: []sandbox.Settlement{ok("call_1", 1)}, RunID: "run-1", Step: 1})
 	require.NoError(t, err)
 	requireFailed(t, res, "internal_error", "different quickjs.wasm build")
 
@@ -269,7 +269,7 @@ func TestForeignBuild(t *testing.T) {
 		Catalog: testCatalog(), Bridge: newBridge(),
 	})
 	require.NoError(t, err)
-	res, err = foreign.Resume(context.Background(), &sandbox.ResumeRequest{Snapshot: mine.Snapshot, Settlements: []sandbox.Settlement{ok("call_1", 4)}})
+	res, err = foreign.Resume(context.Background(), &sandbox.ResumeRequest{Snapshot: mine.Snapshot, Settlements: []sandbox.Settlement{ok("call_1", 4)}, RunID: mine.Result.RunID, Step: mine.Step})
 	require.NoError(t, err)
 	requireCompleted(t, res, `4`)
 }
@@ -331,6 +331,7 @@ func TestConcurrentRuns(t *testing.T) {
 				res, err := b.e.Resume(ctx, &sandbox.ResumeRequest{
 					Snapshot:    out.Snapshot,
 					Settlements: []sandbox.Settlement{ok("call_2", 1)}, Bridge: b.bridge,
+					RunID: out.Result.RunID, Step: out.Step,
 				})
 				if err != nil || string(res.Result.Value) != itoa(w*100+i+1) {
 					errs <- "resume: " + res.Result.Error + " " + string(res.Result.Value)
@@ -367,7 +368,79 @@ func TestRunIDGenerated(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, sandbox.StatusWaiting, out.Result.Status)
 	require.Regexp(t, `^run_[0-9a-f]{24}$`, out.Result.RunID)
-	b := setup(t)
-	res := b.resume(t, out.Snapshot)
+	res, err := testEngine.Resume(context.Background(), &sandbox.ResumeRequest{
+		Snapshot: out.Snapshot, Bridge: newBridge(), RunID: out.Result.RunID, Step: out.Step,
+	})
+	require.NoError(t, err)
 	require.Equal(t, out.Result.RunID, res.Result.RunID)
+}
+
+// TestSnapshotBinding: a snapshot restores only as the run, session and
+// step it was made for, so a signed snapshot of one run cannot be restored
+// as another run or as an older step.
+func TestSnapshotBinding(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	exec := func(runID, session string) *sandbox.Outcome {
+		out, err := testEngine.Exec(ctx, &sandbox.ExecRequest{
+			Input: sandbox.Input{Code: `await yield_control(); await yield_control(); return "end"`}, RunID: runID, Session: session,
+		})
+		require.NoError(t, err)
+		require.Equal(t, sandbox.StatusWaiting, out.Result.Status, out.Result.Error)
+		require.Equal(t, 1, out.Step)
+		return out
+	}
+	resume := func(snap []byte, runID, session string, step int) *sandbox.Outcome {
+		out, err := testEngine.Resume(ctx, &sandbox.ResumeRequest{Snapshot: snap, RunID: runID, Session: session, Step: step})
+		require.NoError(t, err)
+		return out
+	}
+	a := exec("run-a", "s1")
+	exec("run-b", "s1")
+	requireFailed(t, resume(a.Snapshot, "run-b", "s1", 1), "internal_error", `belongs to run "run-a" of session "s1", step 1`)
+	requireFailed(t, resume(a.Snapshot, "run-a", "s2", 1), "internal_error", "snapshot refused")
+	requireFailed(t, resume(a.Snapshot, "run-a", "s1", 2), "internal_error", "snapshot refused")
+
+	next := resume(a.Snapshot, "run-a", "s1", 1)
+	require.Equal(t, sandbox.StatusWaiting, next.Result.Status, next.Result.Error)
+	require.Equal(t, 2, next.Step)
+	// The older step is refused where the run now is.
+	requireFailed(t, resume(a.Snapshot, "run-a", "s1", 2), "internal_error", "step 1")
+	requireFailed(t, resume(next.Snapshot, "run-a", "s1", 1), "internal_error", "step 2")
+	requireCompleted(t, resume(next.Snapshot, "run-a", "s1", 2), `"end"`)
+}
+
+// TestSnapshotKeyRotation: an engine signs with its current key and still
+// restores snapshots of the older keys it is given; one without the key a
+// snapshot was signed with says which key id it needs.
+func TestSnapshotKeyRotation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	newKey := []byte("the new snapshot key, thirty-two bytes or more")
+	rotated, err := sandbox.NewEngine(ctx, &sandbox.EngineConfig{
+		SnapshotKey: newKey, SnapshotKeyID: "2026-12",
+		SnapshotVerifyKeys: []sandbox.SnapshotKey{{Key: testKey}}, PoolSize: 1,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rotated.Close(ctx)) })
+	require.Equal(t, "2026-12", rotated.SnapshotKeyID())
+	require.Equal(t, sandbox.DefaultSnapshotKeyID(testKey), testEngine.SnapshotKeyID())
+
+	out, err := testEngine.Exec(ctx, &sandbox.ExecRequest{Input: sandbox.Input{Code: `await yield_control(); await yield_control(); return 1`}, RunID: "r"})
+	require.NoError(t, err)
+	// The old key's snapshot restores on the rotated engine, which signs
+	// the next one with its new key.
+	next, err := rotated.Resume(ctx, &sandbox.ResumeRequest{Snapshot: out.Snapshot, RunID: "r", Step: 1})
+	require.NoError(t, err)
+	require.Equal(t, sandbox.StatusWaiting, next.Result.Status, next.Result.Error)
+	// An engine with only the old key names the key it lacks.
+	res, err := testEngine.Resume(ctx, &sandbox.ResumeRequest{Snapshot: next.Snapshot, RunID: "r", Step: 2})
+	require.NoError(t, err)
+	requireFailed(t, res, "internal_error", `key id "2026-12"`)
+	res, err = rotated.Resume(ctx, &sandbox.ResumeRequest{Snapshot: next.Snapshot, RunID: "r", Step: 2})
+	require.NoError(t, err)
+	requireCompleted(t, res, `1`)
+
+	_, err = sandbox.NewEngine(ctx, &sandbox.EngineConfig{SnapshotKey: newKey, SnapshotKeyID: "bad id"})
+	require.Error(t, err)
 }

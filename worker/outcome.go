@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolq/toolq/contracts"
@@ -28,6 +29,18 @@ func (w *Worker) finish(log *slog.Logger, msg jetstream.Msg, job *contracts.Job,
 		_, err := w.events.Publish(ctx, ev, lastSeq, traceOf(msg))
 		return err
 	})
+	if errors.Is(err, nats.ErrMaxPayload) {
+		// The outcome itself is too large to store: running the job again
+		// would make it again, so it fails for good, without its payload.
+		status, werr = contracts.StatusFailed, contracts.Errorf(contracts.CodeOutputLimitExceeded,
+			"the job's %s event exceeds the server's max payload", status)
+		ev = contracts.NewEvent(w.source, job, status, 1, time.Now())
+		ev.Data.Attempt, ev.Data.Error = attempt, werr
+		err = w.retry(msg, func(ctx context.Context) error {
+			_, err := w.events.Publish(ctx, ev, lastSeq, traceOf(msg))
+			return err
+		})
+	}
 	if errors.Is(err, bus.ErrConflict) {
 		if w.endedElsewhere(log, msg, job) {
 			return
@@ -75,7 +88,7 @@ func (w *Worker) retry(msg jetstream.Msg, op func(ctx context.Context) error) er
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := op(ctx)
 		cancel()
-		if err == nil || errors.Is(err, bus.ErrConflict) || time.Now().After(deadline) {
+		if err == nil || errors.Is(err, bus.ErrConflict) || errors.Is(err, nats.ErrMaxPayload) || time.Now().After(deadline) {
 			return err
 		}
 		_ = msg.InProgress()

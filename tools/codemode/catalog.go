@@ -90,8 +90,10 @@ type runCatalog struct {
 
 // forRun builds a run's catalog: every entry the worker's policy allows,
 // narrowed to the job's list when it has one, never a denied, direct-only or
-// code-mode tool.
-func (c *catalog) forRun(allow, deny, job []string) runCatalog {
+// code-mode tool. The shell exec tool is there only when the worker enables
+// it (shellExec) and the job's list names it: the code-mode contract never
+// exposes the plain shell to guest code by default.
+func (c *catalog) forRun(allow, deny, job []string, shellExec bool) runCatalog {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var rc runCatalog
@@ -109,6 +111,8 @@ func (c *catalog) forRun(allow, deny, job []string) runCatalog {
 		case len(allow) > 0 && !slices.Contains(allow, id):
 			continue
 		case job != nil && !slices.Contains(job, id):
+			continue
+		case t.Tool == contracts.ToolExec && (!shellExec || !slices.Contains(job, id)):
 			continue
 		}
 		rc.tools = append(rc.tools, toSandbox(t))

@@ -151,6 +151,8 @@ func (c *CodeMode) start(ctx context.Context) error {
 		_ = c.stop(ctx)
 		return err
 	}
+	c.loops.Add(1)
+	go c.sweep(lctx) //nolint:contextcheck // the sweep lives until Stop, not until Start's ctx ends
 	return nil
 }
 
@@ -187,6 +189,22 @@ func invalid(msg string) error {
 }
 
 func nestedJobID(runID, callID string) string { return contracts.NestedJobID(runID, callID) }
+
+// bound returns res, or when its JSON exceeds MaxResultBytes a failed
+// result with output_limit_exceeded that keeps only the telemetry: an event
+// larger than a message cannot be written, and retrying would make the same
+// result again.
+func (c *CodeMode) bound(res *sandbox.Result) *sandbox.Result {
+	data, err := json.Marshal(res)
+	if err == nil && len(data) <= c.cfg.MaxResultBytes {
+		return res
+	}
+	return &sandbox.Result{
+		Status: sandbox.StatusFailed, Code: contracts.CodeOutputLimitExceeded,
+		Error:     fmt.Sprintf("code mode result of %d bytes exceeds the limit of %d bytes", len(data), c.cfg.MaxResultBytes),
+		Telemetry: res.Telemetry,
+	}
+}
 
 // failedResult turns a failed CodeModeResult into the job's error.
 func failedResult(res *sandbox.Result) error {

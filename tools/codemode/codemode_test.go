@@ -119,7 +119,9 @@ func (b *bundle) startWorker(t *testing.T, name string, cfg *codemode.Config, re
 	if cfg != nil {
 		c = *cfg
 	}
-	c.Engine = sharedEngine(t)
+	if c.Engine == nil {
+		c.Engine = sharedEngine(t)
+	}
 	c.Logger = quiet
 	cm, err := codemode.Register(w, nc, &c)
 	require.NoError(t, err)

@@ -34,15 +34,30 @@ type Config struct {
 	// lets runs see; Deny lists ids they never see.
 	Allow []string
 	Deny  []string
+	// ShellExec lets runs call the shell exec tool (its catalog entry,
+	// toolq:core:exec, with approvals parking the run). Off by default: the
+	// code-mode contract never exposes the plain shell to guest code. Even
+	// when on, only a run whose job lists the tool's id in tools gets it.
+	ShellExec bool
 	// MaxSuspendedPerSession caps the runs of one session waiting at once
 	// (the code-mode contract: 64).
 	MaxSuspendedPerSession int
 	// LeaseTTL is how long a resume may hold a run before another worker
 	// may take it over; 30 s by default.
 	LeaseTTL time.Duration
+	// SweepInterval is how often a worker looks for autoResume runs that
+	// could resume but that nobody resumes (a lease that ran out, results
+	// back with no resume under way); LeaseTTL by default.
+	SweepInterval time.Duration
 	// InlineSnapshotBytes: snapshots up to this size live in the run record,
 	// larger ones in the object store; 64 KiB by default.
 	InlineSnapshotBytes int
+	// MaxResultBytes caps the JSON of a CodeModeResult this worker writes
+	// (a job's result, a failure's details, a waiting event); a larger one
+	// fails the run at once with output_limit_exceeded, never retried. It
+	// must not exceed the worker's MaxResultBytes nor the server's max
+	// payload; 256 KiB by default.
+	MaxResultBytes int
 	// Logger receives structured logs; slog.Default() when nil.
 	Logger *slog.Logger
 }
@@ -66,17 +81,24 @@ func (c Config) withDefaults() (Config, error) {
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = 30 * time.Second
 	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = c.LeaseTTL
+	}
 	if c.InlineSnapshotBytes == 0 {
 		c.InlineSnapshotBytes = 64 << 10
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.MaxResultBytes == 0 {
+		c.MaxResultBytes = 256 << 10
+	}
 	c.Limits = fillLimits(c.Limits, sandbox.DefaultLimits())
 	if c.SnapshotTTL < time.Second || c.MaxSnapshotTTL < c.SnapshotTTL {
 		return c, fmt.Errorf("codemode: snapshot TTL %s (max %s) invalid", c.SnapshotTTL, c.MaxSnapshotTTL)
 	}
-	if c.LeaseTTL < 100*time.Millisecond || c.MaxSuspendedPerSession < 1 || c.InlineSnapshotBytes < 0 {
+	if c.LeaseTTL < 100*time.Millisecond || c.MaxSuspendedPerSession < 1 || c.InlineSnapshotBytes < 0 || c.MaxResultBytes < 1024 ||
+		c.SweepInterval < 10*time.Millisecond {
 		return c, errors.New("codemode: lease TTL, suspended cap or inline size out of range")
 	}
 	return c, nil
@@ -103,6 +125,8 @@ func (c Config) effectiveLimits(job *sandbox.Limits) (sandbox.Limits, error) {
 		{"maxPendingToolCalls", int64(job.MaxPendingToolCalls), int64(caps.MaxPendingToolCalls), int64(l.MaxPendingToolCalls), func(v int64) { l.MaxPendingToolCalls = int(v) }},
 		{"searchDefaultLimit", int64(job.SearchDefaultLimit), int64(caps.SearchDefaultLimit), int64(l.SearchDefaultLimit), func(v int64) { l.SearchDefaultLimit = int(v) }},
 		{"maxSearchLimit", int64(job.MaxSearchLimit), int64(caps.MaxSearchLimit), int64(l.MaxSearchLimit), func(v int64) { l.MaxSearchLimit = int(v) }},
+		{"maxOutputItems", int64(job.MaxOutputItems), int64(caps.MaxOutputItems), int64(l.MaxOutputItems), func(v int64) { l.MaxOutputItems = int(v) }},
+		{"maxTotalCpuMs", int64(job.MaxTotalCPUMs), int64(caps.MaxTotalCPUMs), int64(l.MaxTotalCPUMs), func(v int64) { l.MaxTotalCPUMs = int(v) }},
 	}
 	for _, f := range fields {
 		if f.job < 0 {
@@ -144,6 +168,12 @@ func fillLimits(l, d sandbox.Limits) sandbox.Limits {
 	}
 	if l.MaxSearchLimit == 0 {
 		l.MaxSearchLimit = d.MaxSearchLimit
+	}
+	if l.MaxOutputItems == 0 {
+		l.MaxOutputItems = d.MaxOutputItems
+	}
+	if l.MaxTotalCPUMs == 0 {
+		l.MaxTotalCPUMs = d.MaxTotalCPUMs
 	}
 	return l
 }

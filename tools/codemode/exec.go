@@ -101,6 +101,9 @@ func (c *CodeMode) handleExec(ctx context.Context, job *contracts.Job) (json.Raw
 			if _, err := c.submitPending(ctx, rec, rev); err != nil {
 				return nil, err
 			}
+			if err := c.triggerYield(ctx, rec); err != nil {
+				return nil, err
+			}
 		}
 		if rec.Final != nil {
 			return finalAnswer(rec.Final)
@@ -110,16 +113,16 @@ func (c *CodeMode) handleExec(ctx context.Context, job *contracts.Job) (json.Raw
 		return nil, err
 	}
 
-	rc := c.catalog.forRun(c.cfg.Allow, c.cfg.Deny, in.Tools)
+	rc := c.catalog.forRun(c.cfg.Allow, c.cfg.Deny, in.Tools, c.cfg.ShellExec)
 	out, err := c.cfg.Engine.Exec(ctx, &sandbox.ExecRequest{
 		Input:   sandbox.Input{Code: in.Code, Command: in.Command, Language: in.Language},
 		Catalog: rc.tools, Bridge: &bridge{refs: rc.refs, restartSafe: in.RestartSafe},
-		Limits: limits, RunID: runID,
+		Limits: limits, RunID: runID, Session: job.Session,
 	})
 	if err != nil {
 		return nil, err // the job's context ended: the worker reports it
 	}
-	res := &out.Result
+	res := c.bound(&out.Result)
 	if res.Status != sandbox.StatusWaiting {
 		return finalAnswer(res)
 	}
@@ -150,6 +153,9 @@ func (c *CodeMode) handleExec(ctx context.Context, job *contracts.Job) (json.Raw
 		return nil, err
 	}
 	if _, err := c.submitPending(ctx, rec, rev); err != nil {
+		return nil, err
+	}
+	if err := c.triggerYield(ctx, rec); err != nil {
 		return nil, err
 	}
 	c.log.Debug("code mode run suspended", slog.String("run", runID), slog.Int("pending", len(rec.Pending)), slog.Int("snapshot_bytes", rec.SnapshotBytes))
@@ -222,16 +228,31 @@ func (c *CodeMode) submitPending(ctx context.Context, rec *record, rev uint64) (
 	}
 	// Record that they are submitted. Results of the calls just submitted
 	// may already be changing the record: on a conflict, mark them on the
-	// newer record instead.
+	// newer record instead — unless the run has moved on (a resume took it:
+	// its calls are all back, and that resume's write must not lose to
+	// this one).
+	submitted := map[string]bool{}
+	for _, p := range rec.Pending {
+		submitted[p.CallID] = true
+	}
 	for range 20 {
+		todo := false
 		for i := range rec.Pending {
-			rec.Pending[i].Submitted = true
+			if submitted[rec.Pending[i].CallID] && !rec.Pending[i].Submitted {
+				rec.Pending[i].Submitted, todo = true, true
+			}
+		}
+		if !todo || rec.Status != runWaiting {
+			return rev, nil
 		}
 		next, err := c.store.save(ctx, rec, rev, c.remaining(rec))
 		if !errors.Is(err, errStale) {
 			return next, err
 		}
 		fresh, freshRev, err := c.store.load(ctx, rec.Session, rec.RunID)
+		if errors.Is(err, errNoRun) {
+			return rev, nil // the run ended
+		}
 		if err != nil {
 			return rev, err
 		}

@@ -93,6 +93,9 @@ type catalogRef struct {
 type lease struct {
 	Owner string    `json:"owner"`
 	Until time.Time `json:"until"`
+	// Token names one resume of the owner: two triggers on one worker
+	// must not both resume the run.
+	Token string `json:"token,omitempty"`
 }
 
 func (l *lease) heldBy(other string, now time.Time) bool {
@@ -127,9 +130,11 @@ func (r *record) idle(now time.Time) bool {
 // resumable: idle, and every pending call has its result (or the run only
 // yielded).
 func (r *record) resumable(now time.Time) bool {
-	if !r.idle(now) {
-		return false
-	}
+	return r.idle(now) && r.allBack()
+}
+
+// allBack: every pending call has its result.
+func (r *record) allBack() bool {
 	for _, p := range r.Pending {
 		if !r.hasResult(p.CallID) {
 			return false

@@ -37,6 +37,14 @@ func (c *CodeMode) handleResult(ctx context.Context, job *contracts.Job) (json.R
 			return json.RawMessage(`{"recorded":false,"reason":"run ended"}`), nil
 		}
 		p := rec.pending(tr.CallID)
+		if p == nil && tr.CallID == yieldTrigger(rec.Waits) {
+			// The trigger of an autoResume run that only yielded.
+			res, err := c.autoResume(ctx, rec, rev)
+			if errors.Is(err, errStale) {
+				continue
+			}
+			return res, err
+		}
 		if p == nil {
 			if !rec.idle(time.Now()) {
 				// The call may belong to the slice being recorded right now.
@@ -52,20 +60,11 @@ func (c *CodeMode) handleResult(ctx context.Context, job *contracts.Job) (json.R
 			// whose worker died mid-resume. An autoResume run must still be
 			// resumed by someone.
 			if rec.AutoResume {
-				now := time.Now()
-				if rec.resumable(now) {
-					_, err := c.resume(ctx, rec, rev, "")
-					if errors.Is(err, errStale) {
-						continue
-					}
-					if err != nil && !errors.Is(err, errBusy) {
-						return nil, err
-					}
-					return json.RawMessage(`{"recorded":true,"resumed":true}`), nil
+				res, err := c.autoResume(ctx, rec, rev)
+				if errors.Is(err, errStale) {
+					continue
 				}
-				if !rec.idle(now) && rec.Lease != nil {
-					return nil, worker.RetryAfter(time.Until(rec.Lease.Until)+100*time.Millisecond, errors.New("run is being resumed elsewhere"))
-				}
+				return res, err
 			}
 			return json.RawMessage(`{"recorded":false,"reason":"duplicate"}`), nil
 		}
@@ -77,15 +76,43 @@ func (c *CodeMode) handleResult(ctx context.Context, job *contracts.Job) (json.R
 		if err != nil {
 			return nil, err
 		}
-		if rec.AutoResume && rec.resumable(time.Now()) {
-			_, err := c.resume(ctx, rec, rev, "")
-			if err != nil && !errors.Is(err, errStale) && !errors.Is(err, errBusy) {
+		if rec.AutoResume {
+			// A conflict here means the record moved (a submit marked its
+			// calls, another result came in): go round again, where the
+			// result is found recorded and the run resumed if it can be —
+			// a lost race must not leave the run waiting.
+			if _, err := c.autoResume(ctx, rec, rev); errors.Is(err, errStale) {
+				continue
+			} else if err != nil {
 				return nil, err
 			}
 		}
 		return json.RawMessage(`{"recorded":true}`), nil
 	}
 	return nil, errors.New("codemode: run record kept changing")
+}
+
+// autoResume resumes an autoResume run whose calls are all back. A run
+// another resume holds is tried again when that lease runs out (the holder
+// may have died); errStale asks the caller to reload and look again.
+func (c *CodeMode) autoResume(ctx context.Context, rec *record, rev uint64) (json.RawMessage, error) {
+	now := time.Now()
+	if rec.resumable(now) {
+		_, err := c.resume(ctx, rec, rev, "")
+		switch {
+		case errors.Is(err, errStale):
+			return nil, errStale
+		case errors.Is(err, errBusy), errors.Is(err, errLeaseLost):
+			return nil, worker.RetryAfter(c.cfg.LeaseTTL/2, errors.New("run is being resumed elsewhere"))
+		case err != nil:
+			return nil, err
+		}
+		return json.RawMessage(`{"recorded":true,"resumed":true}`), nil
+	}
+	if !rec.idle(now) && rec.Lease != nil && rec.allBack() {
+		return nil, worker.RetryAfter(time.Until(rec.Lease.Until)+100*time.Millisecond, errors.New("run is being resumed elsewhere"))
+	}
+	return json.RawMessage(`{"recorded":true}`), nil
 }
 
 // settlementOf turns a nested job's outcome into what the guest gets: the

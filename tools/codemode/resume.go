@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/sandbox"
@@ -27,10 +28,11 @@ var errBusy = errors.New("codemode: run is being resumed elsewhere")
 // job this resume answers; its claim is released in the same write.
 func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob string) (*sandbox.Result, error) {
 	now := time.Now()
-	if rec.Lease.heldBy(c.w.Name(), now) {
+	if rec.Lease.heldBy("", now) {
 		return nil, errBusy
 	}
-	rec.Lease = &lease{Owner: c.w.Name(), Until: now.Add(c.cfg.LeaseTTL)}
+	token := nuid.Next()
+	rec.Lease = &lease{Owner: c.w.Name(), Until: now.Add(c.cfg.LeaseTTL), Token: token}
 	rec.Status = runResuming
 	rev, err := c.store.save(ctx, rec, rev, c.remaining(rec))
 	if err != nil {
@@ -52,6 +54,8 @@ func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob 
 		out, err = c.cfg.Engine.Resume(ctx, &sandbox.ResumeRequest{
 			Snapshot: snap, Settlements: settle,
 			Bridge: &bridge{refs: rec.Catalog, restartSafe: rec.RestartSafe}, Limits: rec.Limits,
+			// The snapshot must be this run's, of this session, at this step.
+			RunID: rec.RunID, Session: rec.Session, Step: rec.Waits,
 		})
 		if err == nil && snapshotRefused(&out.Result) {
 			err = fmt.Errorf("%s", out.Result.Error)
@@ -77,7 +81,7 @@ func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob 
 		_, _ = c.store.save(bg, rec, rev, c.remaining(rec))
 		return nil, err
 	}
-	res := &out.Result
+	res := c.bound(&out.Result)
 	rec.SuspendedMs += suspended
 	res.Telemetry.SuspendedMs = rec.SuspendedMs
 	if waitJob != "" && rec.Wait != nil && rec.Wait.Owner == waitJob {
@@ -96,7 +100,7 @@ func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob 
 	if err := c.store.putSnapshot(ctx, rec, out.Snapshot); err != nil {
 		return nil, err
 	}
-	if rev, err = c.store.save(ctx, rec, rev, c.remaining(rec)); err != nil {
+	if rev, err = c.saveLeased(ctx, rec, rev, token, waitJob); err != nil {
 		return nil, err
 	}
 	if old != "" && old != rec.SnapshotObject {
@@ -105,12 +109,72 @@ func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob 
 	if _, err := c.submitPending(ctx, rec, rev); err != nil {
 		return nil, err
 	}
+	if err := c.triggerYield(ctx, rec); err != nil {
+		return nil, err
+	}
 	res.Telemetry.SnapshotBytes = rec.SnapshotBytes
 	data, _ := json.Marshal(res)
 	if err := c.w.Emit(ctx, c.execRef(rec), contracts.StatusWaiting, rec.Waits, data, nil); err != nil && !errors.Is(err, worker.ErrJobEnded) {
 		c.log.Warn("waiting event not written", slog.String("run", rec.RunID), slog.Any("err", err))
 	}
 	return res, nil
+}
+
+// errLeaseLost: the run's lease passed to another resume (it expired)
+// while this one ran; that resume's outcome stands.
+var errLeaseLost = errors.New("codemode: the run's resume lease was taken over")
+
+// saveLeased writes the record a resume ends with. Other writers may have
+// changed the record meanwhile without taking the run — a nested call's
+// submit marking its calls submitted, a wait claiming the run, a duplicate
+// result: on a conflict it reloads, keeps their wait claim and writes again
+// as long as this resume (its lease token) still holds the lease.
+func (c *CodeMode) saveLeased(ctx context.Context, rec *record, rev uint64, token, waitJob string) (uint64, error) {
+	for range 20 {
+		next, err := c.store.save(ctx, rec, rev, c.remaining(rec))
+		if !errors.Is(err, errStale) {
+			return next, err
+		}
+		fresh, freshRev, err := c.store.load(ctx, rec.Session, rec.RunID)
+		if err != nil {
+			return 0, err
+		}
+		if fresh.Status != runResuming || fresh.Lease == nil || fresh.Lease.Token != token {
+			return 0, errLeaseLost
+		}
+		rec.Wait = fresh.Wait
+		if waitJob != "" && rec.Wait != nil && rec.Wait.Owner == waitJob {
+			rec.Wait = nil
+		}
+		rev = freshRev
+	}
+	return 0, errStale
+}
+
+// yieldTrigger is the call id of the code_mode.result job that resumes an
+// autoResume run suspended at step n by yield_control() alone: no nested
+// call will come back to wake it.
+func yieldTrigger(n int) string { return fmt.Sprintf("yield-step-%d", n) }
+
+// triggerYield enqueues that job for a run that waits only on yields. Its
+// id is deterministic, so a repeat enqueues it once.
+func (c *CodeMode) triggerYield(ctx context.Context, rec *record) error {
+	if !rec.AutoResume || len(rec.Pending) > 0 || rec.ended() {
+		return nil
+	}
+	callID := yieldTrigger(rec.Waits)
+	input, err := json.Marshal(contracts.ToolResult{RunID: rec.RunID, CallID: callID, Status: contracts.StatusCompleted})
+	if err != nil {
+		return err
+	}
+	job := &contracts.Job{
+		ID: contracts.ToolResultJobID(nestedJobID(rec.RunID, callID)), Tool: contracts.ToolCodeModeResult,
+		Session: rec.Session, Input: input, CreatedAt: time.Now().UTC(),
+	}
+	if err := c.prod.SubmitJob(ctx, job, rec.TraceParent); err != nil {
+		return fmt.Errorf("codemode: resume trigger of %s: %w", rec.RunID, err)
+	}
+	return nil
 }
 
 // replay rebuilds a restartSafe run from its code: every call it made is
@@ -131,7 +195,7 @@ func (c *CodeMode) replay(ctx context.Context, rec *record) (*sandbox.Outcome, e
 	c.catalog.mu.RUnlock()
 	out, err := c.cfg.Engine.Exec(ctx, &sandbox.ExecRequest{
 		Input:   sandbox.Input{Code: rec.Code, Language: rec.Language},
-		Catalog: tools, Limits: rec.Limits, RunID: rec.RunID,
+		Catalog: tools, Limits: rec.Limits, RunID: rec.RunID, Session: rec.Session, Step: rec.Waits + 1,
 		Bridge: &bridge{refs: rec.Catalog, restartSafe: true, replay: answers},
 	})
 	if err != nil {

@@ -55,10 +55,10 @@ func (c *CodeMode) handleWait(ctx context.Context, job *contracts.Job) (json.Raw
 			}
 			continue
 		}
-		if rec.resumable(time.Now()) && !rec.Lease.heldBy(c.w.Name(), now) {
+		if rec.resumable(time.Now()) && !rec.Lease.heldBy("", now) {
 			res, err := c.resume(ctx, rec, rev, job.ID)
 			switch {
-			case errors.Is(err, errStale), errors.Is(err, errBusy):
+			case errors.Is(err, errStale), errors.Is(err, errBusy), errors.Is(err, errLeaseLost):
 				continue
 			case err != nil:
 				return nil, err

@@ -5,8 +5,9 @@
 // Layout (integers little-endian):
 //
 //	0   4  magic "TQJS"
-//	4   1  version (1)
-//	5   3  reserved, zero
+//	4   1  version (2)
+//	5   1  key id length k (1…64)
+//	6   2  binding length m
 //	8   32 sha256 of the quickjs.wasm build
 //	40  32 sha256 of the post-init image
 //	72  4  memory size in bytes (a multiple of 64 KiB)
@@ -15,8 +16,18 @@
 //	84  4  context pointer
 //	88  4  host state length
 //	92  4  payload length
-//	96  n  payload: zstd(host state ‖ chunk bitmap ‖ changed chunks)
+//	96  k  key id: names the key the HMAC was made with
+//	…   m  binding: run id length (2), run id, session length (2),
+//	       session, step (4)
+//	…   n  payload: zstd(host state ‖ chunk bitmap ‖ changed chunks)
 //	…   32 HMAC-SHA256 of everything before it
+//
+// The binding ties a snapshot to its run, session and step (the n-th
+// suspension), so a signed snapshot of one run cannot be restored as
+// another, nor as an older step of the same run. The key id lets keys
+// rotate: a codec signs with its current key and verifies with it and any
+// older key it still holds, and a snapshot signed with a key it does not
+// hold is refused naming that key's id.
 //
 // Memory is cut into 1 KiB chunks; the bitmap (one bit per chunk, LSB
 // first) marks the chunks that differ from the image (from zeros past the
@@ -35,12 +46,18 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/klauspost/compress/zstd"
 )
 
 // Version is the format version written by Encode.
-const Version = 1
+const Version = 2
+
+// MaxKeyIDBytes bounds a key id.
+const MaxKeyIDBytes = 64
 
 const (
 	headerSize = 96
@@ -62,7 +79,76 @@ var (
 	ErrVersion      = errors.New("unsupported snapshot version")
 	ErrForeignBuild = errors.New("snapshot was made by a different quickjs.wasm build or runtime image")
 	ErrSignature    = errors.New("snapshot signature mismatch")
+	ErrUnknownKey   = errors.New("snapshot was signed with a key this worker does not hold")
 )
+
+// Key is a snapshot-signing key and its id.
+type Key struct {
+	ID  string
+	Key []byte
+}
+
+// ValidKeyID reports whether id can name a key: 1 to 64 of [A-Za-z0-9._-].
+func ValidKeyID(id string) bool {
+	if id == "" || len(id) > MaxKeyIDBytes {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if c != '.' && c != '_' && c != '-' && (c < '0' || c > '9') && (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// Binding is what a snapshot belongs to: its run, session and step.
+type Binding struct {
+	RunID   string
+	Session string
+	Step    uint32
+}
+
+func (b Binding) String() string {
+	return fmt.Sprintf("run %q of session %q, step %d", b.RunID, b.Session, b.Step)
+}
+
+func (b Binding) encode() []byte {
+	out := make([]byte, 0, 8+len(b.RunID)+len(b.Session))
+	out = binary.LittleEndian.AppendUint16(out, uint16(len(b.RunID))) //nolint:gosec // G115: Encode checks the lengths
+	out = append(out, b.RunID...)
+	out = binary.LittleEndian.AppendUint16(out, uint16(len(b.Session))) //nolint:gosec // G115: Encode checks the lengths
+	out = append(out, b.Session...)
+	return binary.LittleEndian.AppendUint32(out, b.Step)
+}
+
+func decodeBinding(b []byte) (Binding, bool) {
+	var out Binding
+	field := func() (string, bool) {
+		if len(b) < 2 {
+			return "", false
+		}
+		n := int(binary.LittleEndian.Uint16(b))
+		if len(b) < 2+n {
+			return "", false
+		}
+		s := string(b[2 : 2+n])
+		b = b[2+n:]
+		return s, true
+	}
+	var ok bool
+	if out.RunID, ok = field(); !ok {
+		return out, false
+	}
+	if out.Session, ok = field(); !ok {
+		return out, false
+	}
+	if len(b) != 4 {
+		return out, false
+	}
+	out.Step = binary.LittleEndian.Uint32(b)
+	return out, true
+}
 
 // Snapshot is a decoded snapshot.
 type Snapshot struct {
@@ -71,12 +157,18 @@ type Snapshot struct {
 	RuntimePtr   uint32
 	ContextPtr   uint32
 	Host         []byte
+	// Binding is signed with the snapshot; Decode returns it for the
+	// caller to compare with the run it restores.
+	Binding Binding
+	// KeyID names the key the snapshot was signed with (set by Decode).
+	KeyID string
 }
 
 // Codec encodes and decodes snapshots for one wasm build and image. It is
 // safe for concurrent use.
 type Codec struct {
-	key       []byte
+	sign      Key
+	keys      map[string][]byte
 	wasmSHA   [32]byte
 	imageSHA  [32]byte
 	image     []byte
@@ -85,10 +177,24 @@ type Codec struct {
 	dec       *zstd.Decoder
 }
 
-// NewCodec returns a codec. maxMemory bounds the memory a snapshot may hold.
-func NewCodec(key []byte, wasmSHA, imageSHA [32]byte, image []byte, maxMemory int) (*Codec, error) {
+// NewCodec returns a codec that signs with sign and verifies with sign and
+// the older keys in verify. maxMemory bounds the memory a snapshot may hold.
+func NewCodec(sign Key, verify []Key, wasmSHA, imageSHA [32]byte, image []byte, maxMemory int) (*Codec, error) {
 	if maxMemory <= 0 || maxMemory > math.MaxUint32 {
 		return nil, fmt.Errorf("snapshot: maxMemory %d out of range", maxMemory)
+	}
+	keys := map[string][]byte{}
+	for _, k := range append([]Key{sign}, verify...) {
+		if !ValidKeyID(k.ID) {
+			return nil, fmt.Errorf("snapshot: key id %q: want 1 to %d of [A-Za-z0-9._-]", k.ID, MaxKeyIDBytes)
+		}
+		if len(k.Key) < 32 {
+			return nil, fmt.Errorf("snapshot: key %q must hold at least 32 bytes", k.ID)
+		}
+		if _, dup := keys[k.ID]; dup {
+			return nil, fmt.Errorf("snapshot: key id %q given twice", k.ID)
+		}
+		keys[k.ID] = append([]byte(nil), k.Key...)
 	}
 	n := runtime.GOMAXPROCS(0)
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(n),
@@ -102,7 +208,7 @@ func NewCodec(key []byte, wasmSHA, imageSHA [32]byte, image []byte, maxMemory in
 		return nil, err
 	}
 	return &Codec{
-		key: append([]byte(nil), key...), wasmSHA: wasmSHA, imageSHA: imageSHA, image: image,
+		sign: Key{ID: sign.ID, Key: keys[sign.ID]}, keys: keys, wasmSHA: wasmSHA, imageSHA: imageSHA, image: image,
 		maxMemory: maxMemory, enc: enc, dec: dec,
 	}, nil
 }
@@ -123,10 +229,16 @@ func (c *Codec) Encode(s *Snapshot, max int) ([]byte, error) {
 	if memLen > math.MaxUint32 || hostLen > math.MaxUint32 {
 		return nil, fmt.Errorf("%w: memory of %d bytes, host state of %d bytes", ErrTooLarge, memLen, hostLen)
 	}
+	if len(s.Binding.RunID) > math.MaxUint16/4 || len(s.Binding.Session) > math.MaxUint16/4 {
+		return nil, errors.New("snapshot: run id or session too long to bind")
+	}
+	bind := s.Binding.encode()
 	raw := c.delta(s.Host, s.Memory)
-	out := make([]byte, headerSize, headerSize+len(raw)/8+macSize)
+	out := make([]byte, headerSize, headerSize+len(c.sign.ID)+len(bind)+len(raw)/8+macSize)
 	copy(out[0:4], magic[:])
 	out[4] = Version
+	out[5] = byte(len(c.sign.ID))                             //nolint:gosec // G115: NewCodec checks the id is at most 64 bytes
+	binary.LittleEndian.PutUint16(out[6:], uint16(len(bind))) //nolint:gosec // G115: bounded above
 	copy(out[8:40], c.wasmSHA[:])
 	copy(out[40:72], c.imageSHA[:])
 	binary.LittleEndian.PutUint32(out[72:], uint32(memLen))
@@ -134,13 +246,16 @@ func (c *Codec) Encode(s *Snapshot, max int) ([]byte, error) {
 	binary.LittleEndian.PutUint32(out[80:], s.RuntimePtr)
 	binary.LittleEndian.PutUint32(out[84:], s.ContextPtr)
 	binary.LittleEndian.PutUint32(out[88:], uint32(hostLen))
+	out = append(out, c.sign.ID...)
+	out = append(out, bind...)
+	start := len(out)
 	out = c.enc.EncodeAll(raw, out)
-	body := len(out) - headerSize
+	body := len(out) - start
 	if body > math.MaxUint32 {
 		return nil, fmt.Errorf("%w: %d compressed bytes", ErrTooLarge, body)
 	}
-	binary.LittleEndian.PutUint32(out[92:], uint32(body))
-	mac := hmac.New(sha256.New, c.key)
+	binary.LittleEndian.PutUint32(out[92:], uint32(body)) //nolint:gosec // G115: checked against MaxUint32 above
+	mac := hmac.New(sha256.New, c.sign.Key)
 	mac.Write(out)
 	out = mac.Sum(out)
 	if max > 0 && len(out) > max {
@@ -148,6 +263,19 @@ func (c *Codec) Encode(s *Snapshot, max int) ([]byte, error) {
 	}
 	return out, nil
 }
+
+// keyIDs lists the ids of the keys the codec verifies with, sorted.
+func (c *Codec) keyIDs() string {
+	ids := make([]string, 0, len(c.keys))
+	for id := range c.keys {
+		ids = append(ids, strconv.Quote(id))
+	}
+	sort.Strings(ids)
+	return strings.Join(ids, ", ")
+}
+
+// SigningKeyID is the id of the key Encode signs with.
+func (c *Codec) SigningKeyID() string { return c.sign.ID }
 
 // delta returns host ‖ bitmap ‖ changed chunks XOR image.
 func (c *Codec) delta(host, mem []byte) []byte {
@@ -195,21 +323,38 @@ func (c *Codec) Decode(b []byte, max int) (*Snapshot, error) {
 		return nil, ErrForeignBuild
 	}
 	body, sum := b[:len(b)-macSize], b[len(b)-macSize:]
-	mac := hmac.New(sha256.New, c.key)
+	idLen, bindLen := int(b[5]), int(binary.LittleEndian.Uint16(b[6:]))
+	if idLen == 0 || idLen > MaxKeyIDBytes || len(body) < headerSize+idLen+bindLen {
+		return nil, ErrTruncated
+	}
+	keyID := string(body[headerSize : headerSize+idLen])
+	key, ok := c.keys[keyID]
+	if !ok {
+		if !ValidKeyID(keyID) {
+			return nil, ErrTruncated
+		}
+		return nil, fmt.Errorf("%w: key id %q (this worker holds %s)", ErrUnknownKey, keyID, c.keyIDs())
+	}
+	mac := hmac.New(sha256.New, key)
 	mac.Write(body)
 	if !hmac.Equal(mac.Sum(nil), sum) {
-		return nil, ErrSignature
+		return nil, fmt.Errorf("%w (key id %q)", ErrSignature, keyID)
 	}
+	bind, ok := decodeBinding(body[headerSize+idLen : headerSize+idLen+bindLen])
+	if !ok {
+		return nil, ErrTruncated
+	}
+	start := headerSize + idLen + bindLen
 	memSize := int(binary.LittleEndian.Uint32(b[72:]))
 	hostLen := int(binary.LittleEndian.Uint32(b[88:]))
 	payloadLen := int(binary.LittleEndian.Uint32(b[92:]))
-	if payloadLen != len(body)-headerSize || memSize%pageSize != 0 || memSize < len(c.image) ||
+	if payloadLen != len(body)-start || memSize%pageSize != 0 || memSize < len(c.image) ||
 		memSize > c.maxMemory || hostLen > c.maxMemory {
 		return nil, ErrTruncated
 	}
 	chunks := memSize / chunkSize
 	bitmapLen := (chunks + 7) / 8
-	raw, err := c.dec.DecodeAll(body[headerSize:], make([]byte, 0, hostLen+bitmapLen+memSize/8))
+	raw, err := c.dec.DecodeAll(body[start:], make([]byte, 0, hostLen+bitmapLen+memSize/8))
 	if err != nil || len(raw) < hostLen+bitmapLen {
 		return nil, ErrTruncated
 	}
@@ -240,6 +385,8 @@ func (c *Codec) Decode(b []byte, max int) (*Snapshot, error) {
 		ContextPtr:   binary.LittleEndian.Uint32(b[84:]),
 		Host:         raw[:hostLen:hostLen],
 		Memory:       mem,
+		Binding:      bind,
+		KeyID:        keyID,
 	}
 	return s, nil
 }

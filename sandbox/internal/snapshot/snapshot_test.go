@@ -16,7 +16,7 @@ func testCodec(tb testing.TB, wasm string) (*Codec, []byte) {
 	for i := range image {
 		image[i] = byte(i * 7)
 	}
-	c, err := NewCodec(key, sha256.Sum256([]byte(wasm)), sha256.Sum256(image), image, 8*pageSize)
+	c, err := NewCodec(Key{ID: "k1", Key: key}, nil, sha256.Sum256([]byte(wasm)), sha256.Sum256(image), image, 8*pageSize)
 	require.NoError(tb, err)
 	tb.Cleanup(c.Close)
 	return c, image
@@ -27,7 +27,10 @@ func sample(image []byte) *Snapshot {
 	copy(mem, image)
 	copy(mem[100:], "changed bytes")
 	copy(mem[2*pageSize+5:], "grown page")
-	return &Snapshot{Memory: mem, StackPointer: 1 << 20, RuntimePtr: 1234, ContextPtr: 5678, Host: []byte(`{"runId":"r"}`)}
+	return &Snapshot{
+		Memory: mem, StackPointer: 1 << 20, RuntimePtr: 1234, ContextPtr: 5678, Host: []byte(`{"runId":"r"}`),
+		Binding: Binding{RunID: "r", Session: "s", Step: 3},
+	}
 }
 
 func TestRoundTrip(t *testing.T) {
@@ -39,6 +42,7 @@ func TestRoundTrip(t *testing.T) {
 	require.Less(t, len(blob), 1024, "the delta against the image compresses to almost nothing")
 	got, err := c.Decode(blob, 0)
 	require.NoError(t, err)
+	s.KeyID = "k1"
 	require.Equal(t, s, got)
 
 	_, err = c.Encode(s, len(blob)-1)
@@ -53,7 +57,7 @@ func TestRefused(t *testing.T) {
 	blob, err := c.Encode(sample(image), 0)
 	require.NoError(t, err)
 	foreign, _ := testCodec(t, "other wasm")
-	otherKey, err := NewCodec([]byte("another key of at least 32 bytes!!"), c.wasmSHA, c.imageSHA, image, 8*pageSize)
+	otherKey, err := NewCodec(Key{ID: "k1", Key: []byte("another key of at least 32 bytes!!")}, nil, c.wasmSHA, c.imageSHA, image, 8*pageSize)
 	require.NoError(t, err)
 	defer otherKey.Close()
 
@@ -70,6 +74,49 @@ func TestRefused(t *testing.T) {
 	for _, n := range []int{0, 1, 50, headerSize, headerSize + macSize, len(blob) - 1} {
 		_, err := c.Decode(blob[:n], 0)
 		require.Error(t, err, "truncated to %d", n)
+	}
+}
+
+// TestKeyRotation: a codec verifies with its signing key and its older
+// keys; a snapshot signed with a key it does not hold is refused naming the
+// key's id; the binding and key id are signed.
+func TestKeyRotation(t *testing.T) {
+	t.Parallel()
+	old, image := testCodec(t, "wasm")
+	blob, err := old.Encode(sample(image), 0)
+	require.NoError(t, err)
+	newKey := Key{ID: "k2", Key: []byte("the new key, at least 32 bytes long")}
+	rotated, err := NewCodec(newKey, []Key{{ID: "k1", Key: key}}, old.wasmSHA, old.imageSHA, image, 8*pageSize)
+	require.NoError(t, err)
+	defer rotated.Close()
+	got, err := rotated.Decode(blob, 0)
+	require.NoError(t, err)
+	require.Equal(t, "k1", got.KeyID)
+	require.Equal(t, Binding{RunID: "r", Session: "s", Step: 3}, got.Binding)
+	fresh, err := rotated.Encode(sample(image), 0)
+	require.NoError(t, err)
+
+	only, err := NewCodec(newKey, nil, old.wasmSHA, old.imageSHA, image, 8*pageSize)
+	require.NoError(t, err)
+	defer only.Close()
+	_, err = only.Decode(blob, 0)
+	require.ErrorIs(t, err, ErrUnknownKey)
+	require.ErrorContains(t, err, `key id "k1"`)
+	require.ErrorContains(t, err, `"k2"`)
+	_, err = old.Decode(fresh, 0)
+	require.ErrorIs(t, err, ErrUnknownKey)
+	require.ErrorContains(t, err, `key id "k2"`)
+
+	// Relabelling a snapshot with another held key id breaks its signature.
+	idAt := headerSize
+	relabelled := bytes.Clone(fresh)
+	copy(relabelled[idAt:idAt+2], "k1")
+	_, err = rotated.Decode(relabelled, 0)
+	require.ErrorIs(t, err, ErrSignature)
+
+	for _, bad := range [][]Key{{{ID: "", Key: key}}, {{ID: "a b", Key: key}}, {{ID: "k2", Key: key}}, {{ID: "k3", Key: []byte("short")}}} {
+		_, err := NewCodec(newKey, bad, old.wasmSHA, old.imageSHA, image, 8*pageSize)
+		require.Error(t, err)
 	}
 }
 

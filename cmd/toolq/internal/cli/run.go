@@ -34,7 +34,10 @@ type workerFlags struct {
 	replicas        int
 	stopTimeout     time.Duration
 	snapshotKeyFile string
+	snapshotKeyID   string
+	snapshotVerify  []string
 	noCodeMode      bool
+	codeModeExec    bool
 	builtins        bool
 	mcpConfig       string
 	exec            execFlags
@@ -52,7 +55,10 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.ackWait, "ack-wait", 30*time.Second, "how long a job may go without a heartbeat before another worker takes it")
 	cmd.Flags().DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "how long a code-mode resume may hold a run before another worker takes it over")
 	cmd.Flags().StringVar(&f.snapshotKeyFile, "snapshot-key-file", "", "key that signs code-mode snapshots, shared by every worker (or env TOOLQ_SNAPSHOT_KEY, hex)")
+	cmd.Flags().StringVar(&f.snapshotKeyID, "snapshot-key-id", os.Getenv("TOOLQ_SNAPSHOT_KEY_ID"), "id of the snapshot key, written in every snapshot (default: derived from the key; env TOOLQ_SNAPSHOT_KEY_ID)")
+	cmd.Flags().StringArrayVar(&f.snapshotVerify, "snapshot-verify-key-file", nil, "an older snapshot key still accepted for resumes, as [ID=]FILE (repeatable; for key rotation)")
 	cmd.Flags().BoolVar(&f.noCodeMode, "no-code-mode", false, "do not run code-mode jobs on this worker")
+	cmd.Flags().BoolVar(&f.codeModeExec, "codemode-exec", false, "let code-mode runs call the shell exec tool (toolq:core:exec), when the run's tools name it; off by default")
 	cmd.Flags().BoolVar(&f.builtins, "builtins", false, "also run the diagnostic tools noop and sleep (always on in dev)")
 	addMCPFlag(cmd, &f.mcpConfig)
 	f.exec.register(cmd)
@@ -122,11 +128,18 @@ func (n *node) registerCodeMode(ctx context.Context, g *globals, nc *nats.Conn, 
 	}
 	// Fail closed: a worker asked to run code mode without its runtime
 	// does not start.
-	if n.engine, err = sandbox.NewEngine(ctx, &sandbox.EngineConfig{SnapshotKey: key}); err != nil {
+	verify, err := verifyKeys(f.snapshotVerify)
+	if err != nil {
+		return err
+	}
+	if n.engine, err = sandbox.NewEngine(ctx, &sandbox.EngineConfig{
+		SnapshotKey: key, SnapshotKeyID: f.snapshotKeyID, SnapshotVerifyKeys: verify,
+	}); err != nil {
 		return fmt.Errorf("code mode: %w", err)
 	}
 	n.cm, err = codemode.Register(n.w, nc, &codemode.Config{
 		Engine: n.engine, Subjects: g.subjects(), Replicas: f.replicas, Logger: g.log, LeaseTTL: f.leaseTTL,
+		ShellExec: f.codeModeExec,
 	})
 	return err
 }
@@ -172,6 +185,26 @@ func snapshotKey(file string) ([]byte, error) {
 		return nil, contracts.Errorf(contracts.CodeInvalidInput, "snapshot key must be at least 32 bytes (64 hex digits)")
 	}
 	return raw, nil
+}
+
+// verifyKeys reads older snapshot keys given as [ID=]FILE.
+func verifyKeys(specs []string) ([]sandbox.SnapshotKey, error) {
+	out := make([]sandbox.SnapshotKey, 0, len(specs))
+	for _, spec := range specs {
+		id, file, ok := strings.Cut(spec, "=")
+		if !ok {
+			id, file = "", spec
+		}
+		if file == "" {
+			return nil, fmt.Errorf("snapshot verify key %q: want [ID=]FILE", spec)
+		}
+		key, err := snapshotKey(file)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sandbox.SnapshotKey{ID: id, Key: key})
+	}
+	return out, nil
 }
 
 // devSnapshotKey returns the dev bus's snapshot key file, creating a random
