@@ -158,11 +158,21 @@ func execute(t *testing.T, h Harness, base string, log *slog.Logger) (*provider.
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := h.New(base, nil, log)
+	c := h.New(base, client(t), log)
 	require.Equal(t, h.Name, c.Name())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return c.Execute(ctx, &provider.Request{Task: task, Model: h.Model, APIKey: TestKey})
+}
+
+// client is an HTTP client of the test's own: every httptest.Server's Close
+// drops the idle connections of http.DefaultTransport, which broke another
+// parallel test's exchange on the shared transport now and then.
+func client(t *testing.T) *http.Client {
+	t.Helper()
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
 }
 
 func requireKind(t *testing.T, err error, kind provider.Kind) *provider.Error {
@@ -292,7 +302,7 @@ func Run(t *testing.T, h Harness) {
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
 		go func() {
-			_, err := h.New(srv.URL, nil, nil).Execute(ctx, &provider.Request{Task: task, Model: h.Model, APIKey: TestKey})
+			_, err := h.New(srv.URL, client(t), nil).Execute(ctx, &provider.Request{Task: task, Model: h.Model, APIKey: TestKey})
 			errc <- err
 		}()
 		<-arrived
