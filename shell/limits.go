@@ -31,8 +31,17 @@ type Limits struct {
 	MemoryBytes int64
 	// FileBytes caps the size of any file a process writes (RLIMIT_FSIZE;
 	// the writer gets SIGXFSZ). It bounds each file in the workdir, not
-	// their total: a bind mount has no size of its own.
+	// their total: a bind mount has no size of its own (WorkdirBytes).
 	FileBytes int64
+	// WorkdirBytes caps how much a run may add to its workdir: the sum of
+	// its regular files' sizes, against the sum before the run. A watchdog
+	// walks the workdir every 200 ms and stops the run past the cap (as it
+	// does a run that adds 100000 files and directories, where the walk
+	// stops counting), so a run can overshoot by what it writes in one
+	// interval, each file bounded by FileBytes. It is not a quota: for a
+	// hard bound put workdir roots on a filesystem with a quota or a size.
+	// It applies on both hosts.
+	WorkdirBytes int64
 	// CPUSeconds caps each process's CPU time (RLIMIT_CPU: SIGXCPU, then
 	// SIGKILL); 0 means the plan's timeout.
 	CPUSeconds int64
@@ -44,11 +53,12 @@ type Limits struct {
 
 // Limit defaults.
 const (
-	DefaultProcesses   = 256
-	DefaultMemoryBytes = 2 << 30
-	DefaultFileBytes   = 1 << 30
-	DefaultOpenFiles   = 1024
-	DefaultTmpBytes    = 256 << 20
+	DefaultProcesses    = 256
+	DefaultMemoryBytes  = 2 << 30
+	DefaultFileBytes    = 1 << 30
+	DefaultWorkdirBytes = 1 << 30
+	DefaultOpenFiles    = 1024
+	DefaultTmpBytes     = 256 << 20
 )
 
 func (l Limits) withDefaults() Limits {
@@ -63,6 +73,7 @@ func (l Limits) withDefaults() Limits {
 	}
 	l.MemoryBytes = def(l.MemoryBytes, DefaultMemoryBytes)
 	l.FileBytes = def(l.FileBytes, DefaultFileBytes)
+	l.WorkdirBytes = def(l.WorkdirBytes, DefaultWorkdirBytes)
 	l.OpenFiles = def(l.OpenFiles, DefaultOpenFiles)
 	l.TmpBytes = def(l.TmpBytes, DefaultTmpBytes)
 	return l

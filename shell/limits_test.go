@@ -3,6 +3,8 @@ package shell
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -98,4 +100,60 @@ func requireCgroups(t *testing.T, r *Runner) {
 	mode, note := r.Cgroups()
 	require.NotEqual(t, "none", mode, "this test needs a writable pids and memory cgroup (v2 delegated or v1): %s", note)
 	require.True(t, strings.HasPrefix(mode, "cgroup"))
+}
+
+func TestSandboxWorkdirGrowth(t *testing.T) {
+	t.Parallel()
+	b := setupRun(t, &RunnerConfig{Limits: Limits{WorkdirBytes: 8 << 20}, AllowWorkerHost: true})
+	// What the workdir held before the run does not count.
+	require.NoError(t, os.WriteFile(filepath.Join(b.work, "before"), make([]byte, 16<<20), 0o600))
+
+	// Many files, each under the per-file cap, past the total.
+	const many = `for i in $(seq 1 64); do head -c 1048576 /dev/zero > f$i || exit 3; done; sleep 20`
+	requireStopped(t, b, many, "sandbox limit: workdir grew past 8 MiB")
+	// On the worker host too.
+	removeGlob(t, filepath.Join(b.work, "f*"))
+	res, err := b.runner.Run(context.Background(), b.plan(HostWorker, many, 30*time.Second))
+	var ce *contracts.Error
+	require.ErrorAs(t, err, &ce, "want a denied error (result %+v)", res)
+	require.Equal(t, contracts.CodeDenied, ce.Code, ce.Message)
+	require.Contains(t, ce.Message, "workdir grew past 8 MiB")
+	require.Equal(t, -1, res.ExitCode)
+
+	// Under the cap: unaffected.
+	removeGlob(t, filepath.Join(b.work, "f*"))
+	for _, host := range []Host{HostSandbox, HostWorker} {
+		res, err := b.runner.Run(context.Background(), b.plan(host,
+			`for i in 1 2 3 4; do head -c 1048576 /dev/zero > g$i || exit 3; done; sleep 0.5; echo ok`, 10*time.Second))
+		require.NoError(t, err, host)
+		require.Equal(t, "ok\n", res.Stdout, host)
+	}
+
+	// Past the cap within one poll: reported when the command ends.
+	requireStopped(t, b, `head -c 1048576 /dev/zero > h1; for i in 2 3 4 5 6 7 8 9 10; do cp h1 h$i; done`,
+		"workdir grew past 8 MiB") // usually "(found when the command ended)"
+}
+
+func TestSandboxWorkdirEntries(t *testing.T) {
+	t.Parallel()
+	b := setupRun(t, &RunnerConfig{Limits: Limits{WorkdirBytes: 8 << 20}})
+	b.runner.workdirEntries = 200
+	requireStopped(t, b, `mkdir d && cd d && for i in $(seq 1 1000); do : > e$i; done; sleep 20`,
+		"workdir grew by more than 200 files and directories")
+
+	// Off: no watchdog.
+	off := setupRun(t, &RunnerConfig{Limits: Limits{WorkdirBytes: -1}})
+	res, err := off.runner.Run(context.Background(), off.plan(HostSandbox,
+		`for i in $(seq 1 12); do head -c 1048576 /dev/zero > f$i || exit 3; done; echo ok`, 10*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, "ok\n", res.Stdout)
+}
+
+func removeGlob(t *testing.T, pattern string) {
+	t.Helper()
+	names, err := filepath.Glob(pattern)
+	require.NoError(t, err)
+	for _, n := range names {
+		require.NoError(t, os.Remove(n))
+	}
 }

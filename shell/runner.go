@@ -62,7 +62,8 @@ type RunnerConfig struct {
 	// killed; 0 means DefaultWaitDelay.
 	WaitDelay time.Duration
 	// Limits bound each sandboxed run (processes, memory, file size, CPU,
-	// descriptors, /tmp); zero fields take the defaults.
+	// descriptors, /tmp, workdir growth; only the last applies on the
+	// worker host too); zero fields take the defaults.
 	Limits Limits
 	// CgroupParent is a cgroup v2 directory delegated to the worker (pids
 	// and memory in its cgroup.subtree_control) where each sandboxed run
@@ -79,6 +80,9 @@ type Runner struct {
 	// noSeccomp leaves the filter out, so tests can show that the other
 	// layers hold on their own.
 	noSeccomp bool
+	// workdirEntries is how many files and directories a run may add to
+	// its workdir before the watchdog stops it (workdirGrowthEntries).
+	workdirEntries int
 }
 
 // NewRunner applies defaults and validates cfg.
@@ -121,7 +125,7 @@ func NewRunner(cfg *RunnerConfig) (*Runner, error) {
 	}
 	c.Limits = c.Limits.withDefaults()
 	sealInheritedFDs.Do(sealFDs)
-	return &Runner{cfg: c, cgroups: detectCgroups(c.CgroupParent)}, nil
+	return &Runner{cfg: c, cgroups: detectCgroups(c.CgroupParent), workdirEntries: workdirGrowthEntries}, nil
 }
 
 // Cgroups says how a sandboxed run's processes and memory are capped:
@@ -239,6 +243,20 @@ func (r *Runner) RunWith(ctx context.Context, plan *Plan, opts *RunOpts) (*Resul
 		cmd.Env = []string{} // the sandbox gets its env through --setenv only
 		cmd.ExtraFiles = []*os.File{pw, wd, filter, br}
 	}
+	// The workdir's size before the run, for its growth cap. The walk
+	// starts at the resolved directory: the sandbox has refused symbolic
+	// links already, and on the worker host cmd.Dir follows them.
+	var ww *workdirWatch
+	if r.cfg.Limits.WorkdirBytes > 0 {
+		root, err := filepath.EvalSymlinks(workdir)
+		if err != nil {
+			return nil, contracts.Errorf(contracts.CodeRuntimeUnavailable, "workdir %q: %v", clip(workdir), err)
+		}
+		var why string
+		if ww, why = newWorkdirWatch(root, r.cfg.Limits.WorkdirBytes, r.workdirEntries); why != "" {
+			return nil, contracts.Errorf(contracts.CodeDenied, "sandbox limit: %s", why)
+		}
+	}
 	cmd.Stdin = nil
 	stdout := &capWriter{max: r.cfg.MaxOutputBytes}
 	stderr := &capWriter{max: r.cfg.MaxOutputBytes}
@@ -343,6 +361,18 @@ func (r *Runner) RunWith(ctx context.Context, plan *Plan, opts *RunOpts) (*Resul
 			}
 		}()
 	}
+	// A run whose workdir grows past its cap is stopped the same way.
+	var workdirHit string
+	if ww != nil && setupErr == nil {
+		watchWG.Add(1)
+		go func() {
+			defer watchWG.Done()
+			ww.watch(done, func(why string) {
+				workdirHit = why
+				killGroup()
+			})
+		}()
+	}
 	select {
 	case <-done:
 	case <-runCtx.Done():
@@ -369,6 +399,15 @@ func (r *Runner) RunWith(ctx context.Context, plan *Plan, opts *RunOpts) (*Resul
 	}
 	if cg != nil && limitHit == "" {
 		limitHit = cg.hit(r.cfg.Limits)
+	}
+	if ww != nil && workdirHit == "" {
+		// A command that wrote past the cap and ended within one poll.
+		if why := ww.over(); why != "" {
+			workdirHit = why + " (found when the command ended)"
+		}
+	}
+	if workdirHit != "" {
+		limitHit = strings.Join(nonEmpty(limitHit, workdirHit), "; ")
 	}
 	if limitHit != "" {
 		res.ExitCode = -1
@@ -701,4 +740,14 @@ func clipN(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+func nonEmpty(s ...string) []string {
+	var out []string
+	for _, v := range s {
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }

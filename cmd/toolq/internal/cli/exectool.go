@@ -28,10 +28,10 @@ type execFlags struct {
 // execLimitFlags are the sandbox's per-run limits; 0 keeps the default,
 // -1 turns a limit off.
 type execLimitFlags struct {
-	procs                   int
-	memoryMB, fileMB, tmpMB int64
-	cpuSeconds              int64
-	cgroupParent            string
+	procs                              int
+	memoryMB, fileMB, workdirMB, tmpMB int64
+	cpuSeconds                         int64
+	cgroupParent                       string
 }
 
 func (f *execFlags) register(cmd *cobra.Command) {
@@ -46,6 +46,7 @@ func (f *execFlags) register(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&l.procs, "exec-max-procs", 0, fmt.Sprintf("sandbox: processes and threads per command (pids cgroup; default %d, -1 off)", shell.DefaultProcesses))
 	cmd.Flags().Int64Var(&l.memoryMB, "exec-max-memory-mb", 0, fmt.Sprintf("sandbox: memory per command in MiB (memory cgroup, else address space; default %d, -1 off)", shell.DefaultMemoryBytes>>20))
 	cmd.Flags().Int64Var(&l.fileMB, "exec-max-file-mb", 0, fmt.Sprintf("sandbox: size of any file a command writes, in MiB (default %d, -1 off)", shell.DefaultFileBytes>>20))
+	cmd.Flags().Int64Var(&l.workdirMB, "exec-max-workdir-mb", 0, fmt.Sprintf("exec: how much a command may add to its workdir, in MiB (a watchdog, not a quota; default %d, -1 off)", shell.DefaultWorkdirBytes>>20))
 	cmd.Flags().Int64Var(&l.tmpMB, "exec-tmp-mb", 0, fmt.Sprintf("sandbox: size of the private /tmp in MiB (default %d)", shell.DefaultTmpBytes>>20))
 	cmd.Flags().Int64Var(&l.cpuSeconds, "exec-cpu-seconds", 0, "sandbox: CPU seconds per process (default: the command's timeout, -1 off)")
 	cmd.Flags().StringVar(&l.cgroupParent, "exec-cgroup-parent", "",
@@ -61,7 +62,7 @@ func (l *execLimitFlags) runnerLimits() shell.Limits {
 		return v
 	}
 	return shell.Limits{
-		Processes: l.procs, MemoryBytes: mb(l.memoryMB), FileBytes: mb(l.fileMB), TmpBytes: mb(l.tmpMB), CPUSeconds: l.cpuSeconds,
+		Processes: l.procs, MemoryBytes: mb(l.memoryMB), FileBytes: mb(l.fileMB), WorkdirBytes: mb(l.workdirMB), TmpBytes: mb(l.tmpMB), CPUSeconds: l.cpuSeconds,
 	}
 }
 
