@@ -28,6 +28,9 @@ type Config struct {
 	// DuplicateWindow is the Nats-Msg-Id deduplication window of the jobs and
 	// events streams; 2 minutes by default and never less.
 	DuplicateWindow time.Duration
+	// Tenants adds the stream of named tenants' jobs (Subjects.TenantJobsStream)
+	// for a server that gives each tenant an account (deploy/nats/tenants.conf).
+	Tenants bool
 }
 
 // Defaults.
@@ -67,7 +70,7 @@ func (c Config) WithDefaults() (Config, error) {
 // StreamConfigs returns the configurations of the jobs, events and DLQ streams.
 func (c Config) StreamConfigs() []jetstream.StreamConfig {
 	s := c.Subjects
-	return []jetstream.StreamConfig{
+	scs := []jetstream.StreamConfig{
 		{
 			Name:        s.JobsStream(),
 			Description: "toolq jobs: one durable consumer per tool",
@@ -84,7 +87,9 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 		{
 			Name:        s.EventsStream(),
 			Description: "toolq job events and results",
-			Subjects:    []string{s.Events()},
+			// Named tenants' events too, whether or not this process serves
+			// them: two workers that disagree must not flip the subjects.
+			Subjects:    []string{s.Events(), s.TenantEvents()},
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     c.Storage,
 			Replicas:    c.Replicas,
@@ -104,6 +109,21 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 			AllowDirect: true,
 		},
 	}
+	if c.Tenants {
+		scs = append(scs, jetstream.StreamConfig{
+			Name:        s.TenantJobsStream(),
+			Description: "toolq jobs of named tenants: one durable consumer per tool",
+			Subjects:    []string{s.TenantJobs()},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     c.Storage,
+			Replicas:    c.Replicas,
+			Duplicates:  c.DuplicateWindow,
+			Discard:     jetstream.DiscardOld,
+			// No message schedules: a tenant's schedule could target any
+			// subject of the stream, another tenant's included.
+		})
+	}
+	return scs
 }
 
 // Ensure creates or updates every stream and bucket toolq needs, applying
