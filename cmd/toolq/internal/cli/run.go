@@ -36,6 +36,7 @@ type workerFlags struct {
 	snapshotKeyFile string
 	noCodeMode      bool
 	builtins        bool
+	tenants         bool
 	mcpConfig       string
 	exec            execFlags
 	ackWait         time.Duration
@@ -54,6 +55,8 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.snapshotKeyFile, "snapshot-key-file", "", "key that signs code-mode snapshots, shared by every worker (or env TOOLQ_SNAPSHOT_KEY, hex)")
 	cmd.Flags().BoolVar(&f.noCodeMode, "no-code-mode", false, "do not run code-mode jobs on this worker")
 	cmd.Flags().BoolVar(&f.builtins, "builtins", false, "also run the diagnostic tools noop and sleep (always on in dev)")
+	cmd.Flags().BoolVar(&f.tenants, "tenants", os.Getenv("TOOLQ_TENANTS") != "",
+		"also serve the tenants' accounts of deploy/nats/tenants.conf (env TOOLQ_TENANTS)")
 	addMCPFlag(cmd, &f.mcpConfig)
 	f.exec.register(cmd)
 }
@@ -81,7 +84,7 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 	w, err := worker.New(nc, &worker.Config{
 		Name: f.name, Subjects: g.subjects(), Replicas: f.replicas, StopTimeout: f.stopTimeout,
 		Logger: g.log, Tool: worker.ToolConfig{Concurrency: f.concurrency, AckWait: f.ackWait},
-		Builtins: f.builtins,
+		Builtins: f.builtins, Tenants: f.tenants,
 	})
 	if err != nil {
 		return nil, err
