@@ -38,8 +38,8 @@ func (w *Worker) publishDLQ(ctx context.Context, toolName string, raw []byte, jo
 	}
 	msgID := ""
 	if job != nil {
-		dl.JobID, dl.Session = job.ID, job.Session
-		msgID = job.ID + "/dlq"
+		dl.JobID, dl.Session, dl.Tenant = job.ID, job.Session, job.Tenant
+		msgID = contracts.TenantKey(job.Tenant, job.ID) + "/dlq"
 	}
 	data, err := json.Marshal(dl)
 	if err != nil {

@@ -69,7 +69,8 @@ func (e *Events) Publish(ctx context.Context, ev *contracts.Event, expectSeq uin
 		msg.Header.Set(HeaderTraceParent, traceparent)
 	}
 	ack, err := e.js.PublishMsg(ctx, msg,
-		jetstream.WithMsgID(ev.ID),
+		// Event ids repeat across tenants (job ids do): deduplicate per tenant.
+		jetstream.WithMsgID(contracts.TenantKey(ev.Data.Tenant, ev.ID)),
 		jetstream.WithExpectLastSequencePerSubject(expectSeq))
 	if err != nil {
 		if IsWrongLastSequence(err) {
