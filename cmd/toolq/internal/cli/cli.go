@@ -27,9 +27,8 @@ type globals struct {
 	jsonOut  bool
 	logLevel string
 	timeout  time.Duration
-	// nkeySeed logs in as the nkey user of this seed file; tenantAccount
-	// says that user is a tenant's (deploy/nats/tenants.conf).
-	nkeySeed      string
+	auth     authFlags
+	// tenantAccount says the user is a tenant's (deploy/nats/tenants.conf).
 	tenantAccount bool
 
 	stdout io.Writer
@@ -86,7 +85,7 @@ Submit a job and wait for its result:    toolq submit --tool noop --input '{"hi"
 	pf.BoolVar(&g.jsonOut, "json", false, "print machine-readable JSON")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	pf.DurationVar(&g.timeout, "timeout", 30*time.Second, "how long a client command waits")
-	pf.StringVar(&g.nkeySeed, "nkey-seed", os.Getenv("TOOLQ_NKEY_SEED"), "log in as the nkey user of this seed file (env TOOLQ_NKEY_SEED)")
+	g.auth.register(pf)
 	pf.BoolVar(&g.tenantAccount, "tenant-account", os.Getenv("TOOLQ_TENANT_ACCOUNT") != "",
 		"the user is a tenant's account (deploy/nats/tenants.conf): follow events by subscription (env TOOLQ_TENANT_ACCOUNT)")
 
@@ -117,17 +116,14 @@ func envOr(key, def string) string {
 func (g *globals) subjects() contracts.Subjects { return contracts.Subjects{Prefix: g.prefix} }
 
 func (g *globals) connect(name string) (*nats.Conn, error) {
-	opts := []nats.Option{nats.Name(name), nats.Timeout(5 * time.Second), nats.MaxReconnects(-1)}
-	if g.nkeySeed != "" {
-		opt, err := nats.NkeyOptionFromSeed(g.nkeySeed)
-		if err != nil {
-			return nil, fmt.Errorf("--nkey-seed: %w", err)
-		}
-		opts = append(opts, opt)
+	auth, err := g.auth.options()
+	if err != nil {
+		return nil, err
 	}
+	opts := append([]nats.Option{nats.Name(name), nats.Timeout(5 * time.Second), nats.MaxReconnects(-1)}, auth...)
 	nc, err := nats.Connect(g.natsURL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", g.natsURL, err)
+		return nil, fmt.Errorf("connect to %s: %w", redactURL(g.natsURL), err)
 	}
 	return nc, nil
 }

@@ -220,7 +220,7 @@ func newWorkerCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			g.log.Info("worker connected", slog.String("nats", g.natsURL), slog.String("name", n.w.Name()), slog.Any("tools", n.w.Tools()))
+			g.log.Info("worker connected", slog.String("nats", redactURL(g.natsURL)), slog.String("name", n.w.Name()), slog.Any("tools", n.w.Tools()))
 			return serve(cmd.Context(), g, n, f)
 		},
 	}
