@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +23,7 @@ import (
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/producer"
+	"github.com/toolq/toolq/scheduler"
 	"github.com/toolq/toolq/worker"
 )
 
@@ -43,6 +44,7 @@ type tenancy struct {
 	wnc          *nats.Conn // the worker's connection (toolq account)
 	wjs          jetstream.JetStream
 	control      *nats.Conn // a user of the toolq account allowed everything
+	sched        *nats.Conn // the scheduler's connection (toolq account)
 	acme, globex *nats.Conn
 	acmeP        *producer.Producer // the victim
 	globexP      *producer.Producer // the attacker
@@ -85,7 +87,7 @@ func setupTenancy(t *testing.T) *tenancy {
       { user = "worker",`, 1)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tenants.conf")
-	require.NoError(t, os.WriteFile(path, []byte(text), 0o600))
+	require.NoError(t, os.WriteFile(path, []byte(text), 0o600)) //nolint:gosec // G703: a fixed name in the test's temp dir
 	b := &tenancy{holds: make(chan string, 16), releases: map[string]chan struct{}{}}
 	b.srv = testutil.StartServerProcess(t, filepath.Join(dir, "js"), "-c", path)
 
@@ -98,9 +100,10 @@ func setupTenancy(t *testing.T) *tenancy {
 	}
 	b.wnc = connect(nats.UserInfo("worker", "worker-secret"))
 	b.control = connect(nats.UserInfo("control", "control-secret"))
+	b.sched = connect(nats.UserInfo("scheduler", "scheduler-secret"))
 	b.wjs, err = jetstream.New(b.wnc)
 	require.NoError(t, err)
-	quietLog := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quietLog := slog.New(slog.DiscardHandler)
 	w, err := worker.New(b.wnc, &worker.Config{Name: "w1", Builtins: true, Tenants: true, Logger: quietLog, StopTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	// hold runs until its job is cancelled or released.
@@ -140,8 +143,9 @@ func userKey(t *testing.T) (nkeys.KeyPair, string) {
 
 func tenantProducer(t *testing.T, nc *nats.Conn) *producer.Producer {
 	t.Helper()
-	p, err := producer.New(nc, &producer.Config{Session: "s1", TenantAccount: true, Timeout: 2 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	p, err := producer.New(nc, &producer.Config{
+		Session: "s1", TenantAccount: true, Timeout: 2 * time.Second, Logger: slog.New(slog.DiscardHandler),
+	})
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
 	return p
@@ -185,6 +189,8 @@ func short(t *testing.T) context.Context {
 
 // TestTenancy runs the attacks of a tenant's agent on another tenant with
 // the shipped deploy/nats/tenants.conf, against a real nats-server.
+//
+//nolint:paralleltest // the subtests share one server and run in order
 func TestTenancy(t *testing.T) {
 	b := setupTenancy(t)
 
@@ -201,6 +207,24 @@ func TestTenancy(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []string{"toolq.t.*.jobs.>"}, st.CachedInfo().Config.Subjects)
 		require.False(t, st.CachedInfo().Config.AllowMsgSchedules)
+	})
+
+	t.Run("the scheduler role runs the NATS engine", func(t *testing.T) {
+		ctx := testutil.Context(t, 30*time.Second)
+		eng, err := scheduler.NewNATS(b.sched, &scheduler.NATSConfig{Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		require.NoError(t, eng.Start(ctx))
+		t.Cleanup(func() { _ = eng.Stop(context.Background()) })
+		s, err := eng.Create(ctx, &scheduler.Schedule{ID: "tick", In: time.Second, Job: scheduler.Job{
+			Tool: worker.ToolNoop, Session: "sched", Input: json.RawMessage(`{"from":"scheduler"}`),
+		}})
+		require.NoError(t, err)
+		wp, err := producer.New(b.wnc, &producer.Config{Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		t.Cleanup(wp.Close)
+		ev, err := wp.Await(ctx, "sched", "tick-"+strconv.FormatInt(s.At.Unix(), 10), nil)
+		require.NoError(t, err)
+		require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
 	})
 
 	t.Run("1 reading other tenants' events and job bodies", func(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 
 func TestRedactURL(t *testing.T) {
 	t.Parallel()
-	for in, want := range map[string]string{
+	for in, want := range map[string]string{ //nolint:gosec // G101: made-up credentials to redact
 		"nats://127.0.0.1:4222":                         "nats://127.0.0.1:4222",
 		"nats://worker:s3cr3t-pw@nats:4222":             "nats://worker:xxxxx@nats:4222",
 		"nats://s3cr3t-token@nats:4222":                 "nats://xxxxx@nats:4222",

@@ -25,7 +25,7 @@ func TestTenantAdd(t *testing.T) {
 	fi, err := os.Stat(seedPath)
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
-	seed, err := os.ReadFile(seedPath)
+	seed, err := os.ReadFile(seedPath) //nolint:gosec // G304: the test's own temp dir
 	require.NoError(t, err)
 	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(seed))))
 	require.NoError(t, err)
@@ -44,7 +44,7 @@ func TestTenantAdd(t *testing.T) {
 	text := strings.Replace(string(conf), shipped, out, 1)
 	text = strings.NewReplacer("$TOOLQ_WORKER_PASSWORD", `"w"`, "$TOOLQ_SCHEDULER_PASSWORD", `"s"`).Replace(text)
 	path := filepath.Join(dir, "tenants.conf")
-	require.NoError(t, os.WriteFile(path, []byte(text), 0o600))
+	require.NoError(t, os.WriteFile(path, []byte(text), 0o600)) //nolint:gosec // G703: a fixed name in the test's temp dir
 	opts, err := server.ProcessConfigFile(path)
 	require.NoError(t, err)
 	opts.NoLog, opts.NoSigs, opts.DontListen = true, true, true
@@ -57,7 +57,7 @@ func TestTenantAdd(t *testing.T) {
 	for _, im := range []string{"toolq.t.ACME.jobs.>", "toolq.t.ACME.events.>", "$KV.toolq_cancels.ACME.*"} {
 		evil := strings.Replace(text, `subject = "`+im+`"`, `subject = "`+strings.Replace(im, "ACME", "GLOBEX", 1)+`"`, 1)
 		require.NotEqual(t, text, evil)
-		require.NoError(t, os.WriteFile(path, []byte(evil), 0o600))
+		require.NoError(t, os.WriteFile(path, []byte(evil), 0o600)) //nolint:gosec // G703: a fixed name in the test's temp dir
 		opts, err := server.ProcessConfigFile(path)
 		if err == nil {
 			opts.NoLog, opts.NoSigs, opts.DontListen = true, true, true
