@@ -370,6 +370,21 @@ func TestTenancy(t *testing.T) {
 		n, err := subjectCount(b, contracts.Subjects{}.TenantJobsStream(), "toolq.t.*.jobs."+contracts.ToolCodeModeResult)
 		require.NoError(t, err)
 		require.Zero(t, n)
+
+		// The side route: an ordinary job that names a parent run, whose
+		// end the worker would report to the run as its nested result.
+		ctx := testutil.Context(t, 20*time.Second)
+		job, err := b.globexP.Submit(ctx, worker.ToolNoop, json.RawMessage(`"pwned"`), &producer.SubmitOpts{
+			Parent: &contracts.Parent{RunID: "acme-run", CallID: "c1", Tool: contracts.ToolCodeModeResult},
+		})
+		require.NoError(t, err)
+		ev, err := b.globexP.Await(ctx, job.Session, job.ID, nil)
+		require.NoError(t, err)
+		require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+		require.Equal(t, contracts.CodeInvalidInput, ev.Data.Error.Code)
+		n, err = subjectCount(b, contracts.Subjects{}.JobsStream(), contracts.Subjects{}.Job(contracts.ToolCodeModeResult))
+		require.NoError(t, err)
+		require.Zero(t, n, "a nested result reached the toolq account's jobs")
 	})
 
 	t.Run("4 rewriting the catalog", func(t *testing.T) {

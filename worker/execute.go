@@ -36,6 +36,10 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		var ok bool
 		if job.Tenant, ok = w.cfg.Subjects.TenantOf(msg.Subject()); !ok {
 			err = contracts.Errorf(contracts.CodeInvalidInput, "job subject %q names no valid tenant", msg.Subject())
+		} else if job.Tenant != "" && job.Parent != nil {
+			// Its end would be reported as a nested result to a run of
+			// the default tenant: only runs make nested calls.
+			err = contracts.Errorf(contracts.CodeInvalidInput, "a tenant's job cannot name a parent run")
 		}
 	}
 	if err == nil && job.Tool != t.name {

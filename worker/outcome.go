@@ -107,7 +107,7 @@ func (w *Worker) ackEnded(log *slog.Logger, msg jetstream.Msg, job *contracts.Jo
 // a job of the run's continuation tool (Job.Parent) with a ToolResult as
 // input, deduplicated by a deterministic id.
 func (w *Worker) notifyParent(ctx context.Context, job *contracts.Job, ev *contracts.Event) error {
-	if job.Parent == nil {
+	if job.Parent == nil || job.Tenant != "" { // tenants' runs make no nested calls yet
 		return nil
 	}
 	tr := contracts.ToolResult{
