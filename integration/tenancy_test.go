@@ -358,6 +358,24 @@ func TestTenancy(t *testing.T) {
 		require.Equal(t, contracts.StatusCompleted, ev.Data.Status, "%v", ev.Data.Error)
 	})
 
+	t.Run("2b wiping the cancels bucket with a rollup", func(t *testing.T) {
+		ctx := testutil.Context(t, 10*time.Second)
+		cancels, err := b.wjs.KeyValue(ctx, contracts.Subjects{}.CancelsBucket())
+		require.NoError(t, err)
+		_, err = cancels.Put(ctx, "ACME.acme-marked", []byte("s1"))
+		require.NoError(t, err)
+		for _, rollup := range []string{"all", "sub"} {
+			msg := &nats.Msg{Subject: contracts.KVSubject(contracts.Subjects{}.CancelsBucket(), "x"), Data: []byte("s1"),
+				Header: nats.Header{"Nats-Rollup": []string{rollup}}}
+			gjs, err := jetstream.New(b.globex)
+			require.NoError(t, err)
+			_, _ = gjs.PublishMsg(short(t), msg)
+		}
+		e, err := cancels.Get(ctx, "ACME.acme-marked")
+		require.NoError(t, err, "another tenant's cancel mark was wiped")
+		require.Equal(t, "s1", string(e.Value()))
+	})
+
 	t.Run("3 forging a nested result", func(t *testing.T) {
 		gjs, err := jetstream.New(b.globex)
 		require.NoError(t, err)

@@ -139,13 +139,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 			return err
 		}
 	}
-	if _, err := ensureKV(ctx, js, jetstream.KeyValueConfig{
-		Bucket:      cfg.Subjects.CancelsBucket(),
-		Description: "cancelled job ids; a queued job in here never starts",
-		TTL:         cfg.EventsMaxAge,
-		Storage:     cfg.Storage,
-		Replicas:    cfg.Replicas,
-	}); err != nil {
+	if err := ensureStream(ctx, js, cancelsStream(cfg)); err != nil {
 		return err
 	}
 	_, err = ensureKV(ctx, js, jetstream.KeyValueConfig{
@@ -155,6 +149,35 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		Replicas:    cfg.Replicas,
 	})
 	return err
+}
+
+// cancelsStream is the stream of the cancels bucket: a KV bucket as
+// nats.go makes one (same name, subjects, history 1, TTL), except that it
+// allows no roll-ups. Agents write it (tenants through their import), and
+// a put with `Nats-Rollup: all` in an ordinary bucket purges every key:
+// one tenant would wipe every tenant's cancels. Nothing toolq does purges
+// a cancel; AllowRollup can be turned back on, unlike DenyPurge, so an
+// older process that updates the bucket the KV way still can.
+func cancelsStream(cfg Config) jetstream.StreamConfig {
+	bucket := cfg.Subjects.CancelsBucket()
+	return jetstream.StreamConfig{
+		Name:              contracts.KVStream(bucket),
+		Description:       "cancelled job ids; a queued job in here never starts",
+		Subjects:          []string{contracts.KVSubject(bucket, ">")},
+		MaxMsgsPerSubject: 1,
+		MaxBytes:          -1,
+		MaxAge:            cfg.EventsMaxAge,
+		MaxMsgSize:        -1,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		Storage:           cfg.Storage,
+		Replicas:          cfg.Replicas,
+		AllowRollup:       false,
+		DenyDelete:        true,
+		Duplicates:        DefaultDuplicateWindow,
+		AllowDirect:       true,
+		Discard:           jetstream.DiscardNew,
+	}
 }
 
 // EnsureKV creates or updates a bucket; safe from many processes at once.
