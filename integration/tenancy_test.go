@@ -32,6 +32,8 @@ const (
 	acmeExampleKey     = "UBDZLVZYZHAIEZVKPZKHLGERGHHQXP52JLOHIDJO5QH3GW3LR54BK3QZ"
 	globexExampleKey   = "UBOZUWEMU5RQ35PIJTIG2BF46KEIRK2RGKBZBVFWIRGHNB4S7RYQY2WI"
 	approverExampleKey = "UB67T6C5ATSMBT4ZJ7AELG52PIQ2DUFW54YI6CPMPCCKGBAR6CWGXM3Z"
+	// tenantQueueLimit is the workers' cap of one tenant's queued jobs per tool.
+	tenantQueueLimit = 3
 	// secret is what the victim's job body and result carry.
 	secret = "DB_PASSWORD-hunter2"
 )
@@ -104,7 +106,7 @@ func setupTenancy(t *testing.T) *tenancy {
 	b.wjs, err = jetstream.New(b.wnc)
 	require.NoError(t, err)
 	quietLog := slog.New(slog.DiscardHandler)
-	w, err := worker.New(b.wnc, &worker.Config{Name: "w1", Builtins: true, Tenants: true, Logger: quietLog, StopTimeout: 5 * time.Second})
+	w, err := worker.New(b.wnc, &worker.Config{Name: "w1", Builtins: true, Tenants: true, TenantQueueLimit: tenantQueueLimit, Logger: quietLog, StopTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	// hold runs until its job is cancelled or released.
 	require.NoError(t, w.Register("hold", worker.HandlerFunc(func(ctx context.Context, job *contracts.Job) (json.RawMessage, error) {
@@ -456,6 +458,20 @@ func TestTenancy(t *testing.T) {
 		require.ErrorIs(t, err, producer.ErrDuplicate)
 		_, err = b.globexP.Await(short(t), "s1", "order-42", nil)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
+	})
+
+	t.Run("a tenant's queue is capped per tool, not the others'", func(t *testing.T) {
+		ctx := testutil.Context(t, 10*time.Second)
+		for range tenantQueueLimit {
+			_, err := b.globexP.Submit(ctx, "unserved", nil, nil)
+			require.NoError(t, err)
+		}
+		_, err := b.globexP.Submit(ctx, "unserved", nil, nil)
+		require.Error(t, err, "a submit past the tenant's queue limit")
+		_, err = b.acmeP.Submit(ctx, "unserved", nil, nil)
+		require.NoError(t, err, "another tenant's queue is its own")
+		_, err = b.globexP.Submit(ctx, "unserved2", nil, nil)
+		require.NoError(t, err, "another tool's queue is its own")
 	})
 
 	t.Run("7 forged MAX_DELIVERIES advisory", func(t *testing.T) {

@@ -45,6 +45,9 @@ type Config struct {
 	// consumer, on the tenant jobs stream, and each job's tenant comes from
 	// its subject. Off by default (one tenant, the default one).
 	Tenants bool
+	// TenantQueueLimit caps the queued and running jobs of one tenant for
+	// one tool (the server refuses a submit past it); 10000 by default.
+	TenantQueueLimit int64
 	// Logger receives structured logs; slog.Default() when nil.
 	Logger *slog.Logger
 }

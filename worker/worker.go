@@ -219,7 +219,7 @@ func (w *Worker) start(ctx context.Context) error {
 func (w *Worker) startBus(ctx context.Context) error {
 	err := bus.Ensure(ctx, w.js, bus.Config{
 		Subjects: w.cfg.Subjects, Replicas: w.cfg.Replicas, Storage: w.cfg.Storage,
-		EventsMaxAge: w.cfg.EventsMaxAge, Tenants: w.cfg.Tenants,
+		EventsMaxAge: w.cfg.EventsMaxAge, Tenants: w.cfg.Tenants, TenantQueueLimit: w.cfg.TenantQueueLimit,
 	})
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)

@@ -31,6 +31,9 @@ type Config struct {
 	// Tenants adds the stream of named tenants' jobs (Subjects.TenantJobsStream)
 	// for a server that gives each tenant an account (deploy/nats/tenants.conf).
 	Tenants bool
+	// TenantQueueLimit caps the queued (and running) jobs of one tenant for
+	// one tool; a submit past it is refused by the server. 10000 by default.
+	TenantQueueLimit int64
 }
 
 // Defaults.
@@ -38,6 +41,8 @@ const (
 	DefaultEventsMaxAge    = 24 * time.Hour
 	DefaultDLQMaxAge       = 14 * 24 * time.Hour
 	DefaultDuplicateWindow = 2 * time.Minute
+	// DefaultTenantQueueLimit is the default of Config.TenantQueueLimit.
+	DefaultTenantQueueLimit = 10000
 )
 
 // WithDefaults returns cfg with zero fields set to their defaults, or an
@@ -57,6 +62,12 @@ func (c Config) WithDefaults() (Config, error) {
 	}
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if c.TenantQueueLimit == 0 {
+		c.TenantQueueLimit = DefaultTenantQueueLimit
+	}
+	if c.TenantQueueLimit < 0 {
+		return c, fmt.Errorf("bus: negative tenant queue limit %d", c.TenantQueueLimit)
 	}
 	if c.DuplicateWindow < DefaultDuplicateWindow {
 		return c, fmt.Errorf("bus: duplicate window %s is shorter than %s", c.DuplicateWindow, DefaultDuplicateWindow)
@@ -118,7 +129,11 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 			Storage:     c.Storage,
 			Replicas:    c.Replicas,
 			Duplicates:  c.DuplicateWindow,
-			Discard:     jetstream.DiscardOld,
+			// A quota per tenant and tool, kept by the server: the subject
+			// names both, and a publish past the limit is refused.
+			MaxMsgsPerSubject:    c.TenantQueueLimit,
+			Discard:              jetstream.DiscardNew,
+			DiscardNewPerSubject: true,
 			// No message schedules: a tenant's schedule could target any
 			// subject of the stream, another tenant's included.
 		})
