@@ -37,6 +37,7 @@ type workerFlags struct {
 	noCodeMode      bool
 	builtins        bool
 	tenants         bool
+	tenantQueue     int64
 	mcpConfig       string
 	exec            execFlags
 	ackWait         time.Duration
@@ -57,6 +58,7 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.builtins, "builtins", false, "also run the diagnostic tools noop and sleep (always on in dev)")
 	cmd.Flags().BoolVar(&f.tenants, "tenants", os.Getenv("TOOLQ_TENANTS") != "",
 		"also serve the tenants' accounts of deploy/nats/tenants.conf (env TOOLQ_TENANTS)")
+	cmd.Flags().Int64Var(&f.tenantQueue, "tenant-queue-limit", 0, "queued jobs one tenant may have per tool (default 10000)")
 	addMCPFlag(cmd, &f.mcpConfig)
 	f.exec.register(cmd)
 }
@@ -84,7 +86,7 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 	w, err := worker.New(nc, &worker.Config{
 		Name: f.name, Subjects: g.subjects(), Replicas: f.replicas, StopTimeout: f.stopTimeout,
 		Logger: g.log, Tool: worker.ToolConfig{Concurrency: f.concurrency, AckWait: f.ackWait},
-		Builtins: f.builtins, Tenants: f.tenants,
+		Builtins: f.builtins, Tenants: f.tenants, TenantQueueLimit: f.tenantQueue,
 	})
 	if err != nil {
 		return nil, err
