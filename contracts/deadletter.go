@@ -25,4 +25,7 @@ type DeadLetter struct {
 	Error    *Error    `json:"error"`
 	Worker   string    `json:"worker"`
 	Time     time.Time `json:"time"`
+	// Tenant is the job's tenant, from the subject it arrived on; empty
+	// for the default tenant.
+	Tenant string `json:"tenant,omitempty"`
 }

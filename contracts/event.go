@@ -84,6 +84,9 @@ type EventData struct {
 	Error   *Error            `json:"error,omitempty"`
 	Parent  *Parent           `json:"parent,omitempty"`
 	Meta    map[string]string `json:"meta,omitempty"`
+	// Tenant is the job's tenant, kept off the wire like Job.Tenant: it
+	// picks the subject the event is written to.
+	Tenant string `json:"-"`
 }
 
 // EventID is the deterministic id of the n-th event of status for jobID:
@@ -110,6 +113,7 @@ func NewEvent(source string, j *Job, status Status, n int, now time.Time) *Event
 			Status:  status,
 			Parent:  j.Parent,
 			Meta:    j.Meta,
+			Tenant:  j.Tenant,
 		},
 	}
 }

@@ -43,6 +43,10 @@ type Job struct {
 	CreatedAt time.Time `json:"created_at"`
 	// Meta is free-form string metadata carried to the events.
 	Meta map[string]string `json:"meta,omitempty"`
+	// Tenant is the tenant the job belongs to ("" for the default one). It
+	// is never on the wire: a worker sets it from the subject the job
+	// arrived on (Subjects.TenantOf), so a body cannot claim another tenant.
+	Tenant string `json:"-"`
 }
 
 // Parent links a nested tool call to the run that made it.

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -82,6 +83,9 @@ func (p *Producer) SubmitToolResult(ctx context.Context, session, runID, callID 
 		ID:      "client-" + hex.EncodeToString(sum[:16]),
 		Session: session,
 	})
+	if errors.Is(err, ErrDuplicate) {
+		return nil // this answer, sent before: it counts once
+	}
 	return err
 }
 

@@ -25,6 +25,9 @@ func (p *Producer) ReadEvents(ctx context.Context, session string, opts *ReadOpt
 	if err := contracts.ValidateID("session", session); err != nil {
 		return err
 	}
+	if p.cfg.TenantAccount {
+		return errors.New("producer: reading events is not available on a tenant account; use Await")
+	}
 	var o ReadOpts
 	if opts != nil {
 		o = *opts

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolq/toolq/contracts"
@@ -18,7 +19,8 @@ type waiter struct {
 
 // follower demultiplexes one session's events to the waiters of its jobs.
 type follower struct {
-	cc jetstream.ConsumeContext
+	cc  jetstream.ConsumeContext
+	sub *nats.Subscription // instead of cc on a tenant account
 
 	mu       sync.Mutex
 	waiters  map[string][]*waiter
@@ -47,6 +49,24 @@ func (p *Producer) follow(ctx context.Context, session, jobID string, w *waiter)
 		return f, nil
 	}
 	p.sweepLocked(time.Now())
+	if p.cfg.TenantAccount {
+		// The tenant's events are imported as plain messages: subscribe.
+		f := &follower{waiters: map[string][]*waiter{}, lastUsed: time.Now()}
+		sub, err := p.nc.Subscribe(p.cfg.Subjects.SessionEvents(session), func(m *nats.Msg) { f.dispatch(m.Data) })
+		if err == nil {
+			err = p.nc.FlushWithContext(ctx)
+		}
+		if err != nil {
+			if sub != nil {
+				_ = sub.Unsubscribe()
+			}
+			return nil, fmt.Errorf("producer: follow session %s: %w", session, err)
+		}
+		f.sub = sub
+		f.add(jobID, w)
+		p.followers[session] = f
+		return f, nil
+	}
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
 	cons, err := p.js.OrderedConsumer(ctx, p.cfg.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{
@@ -123,7 +143,13 @@ func (f *follower) remove(jobID string, w *waiter) {
 	}
 }
 
-func (f *follower) stop() { f.cc.Stop() }
+func (f *follower) stop() {
+	if f.sub != nil {
+		_ = f.sub.Unsubscribe()
+		return
+	}
+	f.cc.Stop()
+}
 
 // awaitHooks let internal tests act between the steps of Await.
 type awaitHooks struct {

@@ -44,6 +44,13 @@ type Config struct {
 	Name string
 	// Logger receives structured logs; slog.Default() when nil.
 	Logger *slog.Logger
+	// TenantAccount says the connection is a tenant account's
+	// (deploy/nats/tenants.conf): the streams are out of its reach, and
+	// only its own subspace of the bus is imported. The producer then
+	// follows events by subscription, reads a job's last event by direct
+	// get, and cancels through the imported cancel subjects, leaving the
+	// cancelled event to the worker. ReadEvents is not available.
+	TenantAccount bool
 }
 
 // Producer submits jobs and follows their events. It is safe for concurrent
@@ -119,6 +126,10 @@ func (p *Producer) init(ctx context.Context) error {
 	if p.ready {
 		return nil
 	}
+	if p.cfg.TenantAccount {
+		p.events, p.ready = bus.NewImportedEvents(p.nc, p.cfg.Subjects), true
+		return nil
+	}
 	// A failure is not remembered: the streams may not exist yet, or the
 	// cluster may be electing a leader; the next call tries again.
 	ctx, cancel := p.withTimeout(ctx)
@@ -147,6 +158,9 @@ type SubmitOpts struct {
 	// ID of the job; random when empty. Submitting the same id twice within
 	// the duplicate window enqueues the job once.
 	ID string
+	// Submitting an id the bus already holds returns ErrDuplicate (with the
+	// job), since only the earlier job runs.
+	//
 	// Session of the job; the producer's session when empty.
 	Session string
 	// TimeoutMs, MaxAttempts, Progress and Meta are copied to the job.
@@ -161,7 +175,8 @@ type SubmitOpts struct {
 }
 
 // Submit enqueues a job for tool with input (any JSON value; empty means
-// none). It returns the job as enqueued.
+// none). It returns the job as enqueued; with ErrDuplicate when its id was
+// already enqueued, and then the earlier job is the one that runs.
 func (p *Producer) Submit(ctx context.Context, tool string, input json.RawMessage, opts *SubmitOpts) (*contracts.Job, error) {
 	var o SubmitOpts
 	if opts != nil {
@@ -179,12 +194,16 @@ func (p *Producer) Submit(ctx context.Context, tool string, input json.RawMessag
 		job.Session = p.cfg.Session
 	}
 	if err := p.SubmitJob(ctx, job, o.TraceParent); err != nil {
+		if errors.Is(err, ErrDuplicate) {
+			return job, err // the job is on the bus, from an earlier submit
+		}
 		return nil, err
 	}
 	return job, nil
 }
 
-// SubmitJob enqueues a fully built job, after validating it.
+// SubmitJob enqueues a fully built job, after validating it. It returns an
+// error matching ErrDuplicate when the bus already holds the job's id.
 func (p *Producer) SubmitJob(ctx context.Context, job *contracts.Job, traceparent string) error {
 	if err := job.Validate(); err != nil {
 		return err
@@ -202,12 +221,16 @@ func (p *Producer) SubmitJob(ctx context.Context, job *contracts.Job, traceparen
 	}
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
-	if _, err := p.js.PublishMsg(ctx, msg, jetstream.WithMsgID(contracts.DedupID(job))); err != nil {
+	ack, err := p.js.PublishMsg(ctx, msg, jetstream.WithMsgID(contracts.DedupID(job)))
+	if err != nil {
 		if errors.Is(err, jetstream.ErrNoStreamResponse) {
 			return fmt.Errorf("producer: submit %s: no stream takes %s (start a worker or `toolq dev` first, which create toolq's streams): %w",
 				job.ID, msg.Subject, err)
 		}
 		return fmt.Errorf("producer: submit %s: %w", job.ID, err)
+	}
+	if ack.Duplicate {
+		return fmt.Errorf("%w: %s", ErrDuplicate, job.ID)
 	}
 	return nil
 }
@@ -302,6 +325,9 @@ func (p *Producer) Cancel(ctx context.Context, session, jobID string) error {
 	if err := p.init(ctx); err != nil {
 		return err
 	}
+	if p.cfg.TenantAccount {
+		return p.cancelImported(ctx, session, jobID)
+	}
 	// 1. A durable mark: whichever worker pulls the job later skips it.
 	if _, err := p.cancels.Put(ctx, jobID, []byte(session)); err != nil {
 		return fmt.Errorf("producer: cancel %s: %w", jobID, err)
@@ -335,6 +361,30 @@ func (p *Producer) Cancel(ctx context.Context, session, jobID string) error {
 		return err
 	}
 	return fmt.Errorf("producer: cancel %s: event subject kept moving", jobID)
+}
+
+// cancelImported cancels from a tenant account: the durable mark goes
+// through the imported cancels bucket subject (a KV put is a publish),
+// the notice through the imported cancel subject; the worker that meets the
+// job writes its cancelled event, since tenants write no events.
+func (p *Producer) cancelImported(ctx context.Context, session, jobID string) error {
+	last, _, err := p.events.Last(ctx, session, jobID)
+	if err != nil {
+		return err
+	}
+	if last != nil && last.Data.Status.Terminal() {
+		if last.Data.Status == contracts.StatusCancelled {
+			return nil
+		}
+		return fmt.Errorf("%w: %s", ErrFinished, last.Data.Status)
+	}
+	if _, err := p.js.Publish(ctx, contracts.KVSubject(p.cfg.Subjects.CancelsBucket(), jobID), []byte(session)); err != nil {
+		return fmt.Errorf("producer: cancel %s: %w", jobID, err)
+	}
+	if err := p.nc.Publish(p.cfg.Subjects.Cancel(jobID), nil); err != nil {
+		return fmt.Errorf("producer: cancel %s: %w", jobID, err)
+	}
+	return nil
 }
 
 // Close stops following every session. Pending Awaits end with their contexts.

@@ -568,7 +568,8 @@ func (e *Asynq) handleSubmit(ctx context.Context, t *asynq.Task) error {
 		ID: p.ID, Tool: p.Tool, Session: p.Session, Input: p.Input, TimeoutMs: p.TimeoutMs,
 		MaxAttempts: p.MaxAttempts, Meta: p.Meta, CreatedAt: time.Now().UTC(),
 	}
-	if err := e.prod.SubmitJob(ctx, job, ""); err != nil {
+	// A duplicate is this task's earlier attempt: go on to await it.
+	if err := e.prod.SubmitJob(ctx, job, ""); err != nil && !errors.Is(err, producer.ErrDuplicate) {
 		if errors.Is(err, contracts.ErrInvalidInput) {
 			return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 		}

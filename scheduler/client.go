@@ -350,7 +350,8 @@ func (c *Client) fire(ctx context.Context, s *Schedule, t time.Time) (bool, erro
 		return false, nil
 	}
 	job := s.Job.build(s.ID, t)
-	if err := c.prod.SubmitJob(ctx, job, ""); err != nil {
+	// A duplicate is this firing enqueued by another scheduler instance.
+	if err := c.prod.SubmitJob(ctx, job, ""); err != nil && !errors.Is(err, producer.ErrDuplicate) {
 		return false, err
 	}
 	if err := c.markFired(ctx, s.ID, t); err != nil {

@@ -101,11 +101,13 @@ func (w *Worker) runCancelHooks(feed <-chan cancelNote) {
 	}
 }
 
-// onCancelMsg handles a core-NATS cancel of a running job.
+// onCancelMsg handles a core-NATS cancel of a running job, of the default
+// tenant or (<prefix>.t.<tenant>.cancel.<id>) of the tenant of the subject.
 func (w *Worker) onCancelMsg(m *nats.Msg) {
 	id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
-	if contracts.ValidID(id) {
-		w.markCancelled(id)
+	tenant, ok := w.cfg.Subjects.TenantOf(m.Subject)
+	if ok && contracts.ValidID(id) {
+		w.markCancelled(contracts.TenantKey(tenant, id))
 	}
 }
 

@@ -40,6 +40,14 @@ type Config struct {
 	// entries). Off by default: a production worker runs only the tools it
 	// is given; `toolq dev`, the bench and tests turn them on.
 	Builtins bool
+	// Tenants also serves the named tenants of a server that gives each
+	// tenant an account (deploy/nats/tenants.conf): every tool gets a second
+	// consumer, on the tenant jobs stream, and each job's tenant comes from
+	// its subject. Off by default (one tenant, the default one).
+	Tenants bool
+	// TenantQueueLimit caps the queued and running jobs of one tenant for
+	// one tool (the server refuses a submit past it); 10000 by default.
+	TenantQueueLimit int64
 	// Logger receives structured logs; slog.Default() when nil.
 	Logger *slog.Logger
 }
@@ -69,6 +77,12 @@ type ToolConfig struct {
 	// (dots become "_"), Source to toolq, Name to the tool. Nil keeps the
 	// tool out of the catalog.
 	Catalog *contracts.CatalogTool
+	// DefaultTenantOnly keeps the tool to the default tenant under
+	// Config.Tenants: a named tenant's job of it fails with invalid_input.
+	// A tool pack sets it while its own records (runs, approvals, nested
+	// calls) do not yet carry a job's tenant, and for tools only toolq's
+	// own processes may submit (a run's continuation).
+	DefaultTenantOnly bool
 }
 
 // RetryPolicy is exponential backoff with jitter for retryable failures.

@@ -10,10 +10,14 @@ import (
 )
 
 func (w *Worker) startTool(ctx context.Context, t *tool) error {
-	cons, err := w.js.CreateOrUpdateConsumer(ctx, w.cfg.Subjects.JobsStream(), jetstream.ConsumerConfig{
+	stream, filter := w.cfg.Subjects.JobsStream(), w.cfg.Subjects.Job(t.name)
+	if t.tenants {
+		stream, filter = w.cfg.Subjects.TenantJobsStream(), w.cfg.Subjects.TenantJob("*", t.name)
+	}
+	cons, err := w.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		Durable:       w.cfg.Subjects.ConsumerName(t.name),
 		Description:   "toolq workers of " + t.name,
-		FilterSubject: w.cfg.Subjects.Job(t.name),
+		FilterSubject: filter,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       t.cfg.AckWait,
 		MaxDeliver:    t.cfg.Retry.MaxAttempts,

@@ -39,8 +39,8 @@ func (w *Worker) publishDLQ(ctx context.Context, toolName string, raw []byte, jo
 	}
 	msgID := ""
 	if job != nil {
-		dl.JobID, dl.Session = job.ID, job.Session
-		msgID = job.ID + "/dlq"
+		dl.JobID, dl.Session, dl.Tenant = job.ID, job.Session, job.Tenant
+		msgID = contracts.TenantKey(job.Tenant, job.ID) + "/dlq"
 	}
 	data, err := json.Marshal(dl)
 	if err != nil {
@@ -91,8 +91,9 @@ func (w *Worker) reject(t *tool, msg jetstream.Msg, attempt int, cause error) {
 	}
 	_ = json.Unmarshal(msg.Data(), &head)
 	log := w.log.With(slog.String("tool", t.name))
-	if contracts.ValidID(head.ID) && contracts.ValidID(head.Session) {
-		job := &contracts.Job{ID: head.ID, Session: head.Session, Tool: t.name}
+	tenant, tenantOK := w.cfg.Subjects.TenantOf(msg.Subject())
+	if tenantOK && contracts.ValidID(head.ID) && contracts.ValidID(head.Session) {
+		job := &contracts.Job{ID: head.ID, Session: head.Session, Tool: t.name, Tenant: tenant}
 		log.Info("malformed job refused", slog.String("job", head.ID), slog.String("error", werr.Message))
 		w.finish(log, msg, job, attempt, 0, contracts.StatusFailed, nil, werr)
 		return

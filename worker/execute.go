@@ -32,6 +32,17 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 	}
 	attempt := int(md.NumDelivered) //nolint:gosec // G115: at most the consumer's MaxDeliver, an int
 	job, err := contracts.DecodeJob(msg.Data())
+	if err == nil {
+		// The tenant comes from the subject, never from the body.
+		var ok bool
+		if job.Tenant, ok = w.cfg.Subjects.TenantOf(msg.Subject()); !ok {
+			err = contracts.Errorf(contracts.CodeInvalidInput, "job subject %q names no valid tenant", msg.Subject())
+		} else if job.Tenant != "" && job.Parent != nil {
+			// Its end would be reported as a nested result to a run of
+			// the default tenant: only runs make nested calls.
+			err = contracts.Errorf(contracts.CodeInvalidInput, "a tenant's job cannot name a parent run")
+		}
+	}
 	if err == nil && job.Tool != t.name {
 		err = contracts.Errorf(contracts.CodeInvalidInput, "job tool %q does not match subject tool %q", job.Tool, t.name)
 	}
@@ -54,7 +65,7 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		)
 		err := w.retry(msg, func(ctx context.Context) error {
 			var err error
-			ev, seq, err = w.events.Last(ctx, job.Session, job.ID)
+			ev, seq, err = w.events.LastIn(ctx, job.Tenant, job.Session, job.ID)
 			return err
 		})
 		if err != nil && ev == nil && seq == 0 {
@@ -69,8 +80,13 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		}
 		lastSeq = seq
 	}
-	if w.isCancelled(job.ID) {
+	key := contracts.TenantKey(job.Tenant, job.ID) // cancels and in-flight jobs are per tenant
+	if w.isCancelled(key) {
 		w.finish(log, msg, job, attempt, lastSeq, contracts.StatusCancelled, nil, contracts.Errorf(contracts.CodeCancelled, "job was cancelled before it started"))
+		return
+	}
+	if job.Tenant != "" && t.cfg.DefaultTenantOnly {
+		w.finish(log, msg, job, attempt, lastSeq, contracts.StatusFailed, nil, contracts.Errorf(contracts.CodeInvalidInput, "tool %s does not serve tenants", t.name))
 		return
 	}
 	maxAttempts := t.cfg.Retry.MaxAttempts
@@ -91,12 +107,12 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 	}
 	ctx = context.WithValue(ctx, attemptKey{}, attempt)
 	w.mu.Lock()
-	w.inflight[job.ID] = &inflight{msg: msg, cancel: cancel, started: time.Now(), ackWait: t.cfg.AckWait}
-	cancelled := w.cancelledLocked(job.ID)
+	w.inflight[key] = &inflight{msg: msg, cancel: cancel, started: time.Now(), ackWait: t.cfg.AckWait}
+	cancelled := w.cancelledLocked(key)
 	w.mu.Unlock()
 	defer func() {
 		w.mu.Lock()
-		delete(w.inflight, job.ID)
+		delete(w.inflight, key)
 		w.mu.Unlock()
 		cancel(nil)
 	}()

@@ -48,7 +48,7 @@ func (w *Worker) finish(log *slog.Logger, msg jetstream.Msg, job *contracts.Job,
 		// Another delivery of the same job wrote a non-terminal event: take
 		// the subject's current tail and try once more.
 		err = w.retry(msg, func(ctx context.Context) error {
-			_, seq, err := w.events.Last(ctx, job.Session, job.ID)
+			_, seq, err := w.events.LastIn(ctx, job.Tenant, job.Session, job.ID)
 			if err != nil {
 				return err
 			}
@@ -120,7 +120,7 @@ func (w *Worker) ackEnded(log *slog.Logger, msg jetstream.Msg, job *contracts.Jo
 // a job of the run's continuation tool (Job.Parent) with a ToolResult as
 // input, deduplicated by a deterministic id.
 func (w *Worker) notifyParent(ctx context.Context, job *contracts.Job, ev *contracts.Event) error {
-	if job.Parent == nil {
+	if job.Parent == nil || job.Tenant != "" { // tenants' runs make no nested calls yet
 		return nil
 	}
 	tr := contracts.ToolResult{
@@ -212,7 +212,7 @@ func (w *Worker) Emit(ctx context.Context, ref *contracts.Job, status contracts.
 func (w *Worker) endedElsewhere(log *slog.Logger, msg jetstream.Msg, job *contracts.Job) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ev, _, err := w.events.Last(ctx, job.Session, job.ID)
+	ev, _, err := w.events.LastIn(ctx, job.Tenant, job.Session, job.ID)
 	if err != nil || ev == nil || !ev.Data.Status.Terminal() {
 		return false
 	}

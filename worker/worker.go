@@ -46,6 +46,7 @@ type Worker struct {
 
 	mu       sync.Mutex
 	tools    map[string]*tool
+	twins    []*tool // the tools' consumers of tenant jobs, with Config.Tenants
 	exts     []Extension
 	onCancel []CancelHook
 	started  bool                 // Start began: no more Register, Use, OnCancel
@@ -73,6 +74,7 @@ type tool struct {
 	cfg     ToolConfig
 	sem     chan struct{}
 	cons    jetstream.Consumer
+	tenants bool // consumes the named tenants' jobs stream (a twin of the tool)
 
 	ccMu   sync.Mutex
 	cc     jetstream.ConsumeContext // nil while paused
@@ -219,7 +221,7 @@ func (w *Worker) start(ctx context.Context) error {
 func (w *Worker) startBus(ctx context.Context) error {
 	err := bus.Ensure(ctx, w.js, bus.Config{
 		Subjects: w.cfg.Subjects, Replicas: w.cfg.Replicas, Storage: w.cfg.Storage,
-		EventsMaxAge: w.cfg.EventsMaxAge,
+		EventsMaxAge: w.cfg.EventsMaxAge, Tenants: w.cfg.Tenants, TenantQueueLimit: w.cfg.TenantQueueLimit,
 	})
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
@@ -238,7 +240,12 @@ func (w *Worker) startBus(ctx context.Context) error {
 func (w *Worker) startConsuming(ctx context.Context) error {
 	w.runCtx, w.runCancel = context.WithCancelCause(context.Background())
 	w.subs, w.watcher, w.feed = nil, nil, nil
-	for _, t := range w.tools {
+	if w.cfg.Tenants && w.twins == nil {
+		for _, t := range w.tools {
+			w.twins = append(w.twins, &tool{name: t.name, handler: t.handler, cfg: t.cfg, sem: t.sem, tenants: true})
+		}
+	}
+	for _, t := range w.consumers() {
 		t.reopen()
 	}
 	if err := w.startCancelWatch(ctx); err != nil {
@@ -251,6 +258,13 @@ func (w *Worker) startConsuming(ctx context.Context) error {
 		return fmt.Errorf("worker: subscribe cancels: %w", err)
 	}
 	w.subs = append(w.subs, sub)
+	if w.cfg.Tenants {
+		if sub, err = w.nc.Subscribe(w.cfg.Subjects.TenantCancels(), w.onCancelMsg); err != nil {
+			w.abortStart()
+			return fmt.Errorf("worker: subscribe tenant cancels: %w", err)
+		}
+		w.subs = append(w.subs, sub)
+	}
 	adv := w.cfg.Subjects.MaxDeliveriesAdvisories()
 	if sub, err = w.nc.Subscribe(adv, w.onMaxDeliveries); err != nil {
 		w.abortStart()
@@ -262,7 +276,7 @@ func (w *Worker) startConsuming(ctx context.Context) error {
 		w.abortStart()
 		return err
 	}
-	for _, t := range w.tools {
+	for _, t := range w.consumers() {
 		if err := w.startTool(ctx, t); err != nil {
 			w.abortStart()
 			return err
@@ -314,7 +328,7 @@ func (w *Worker) stop(ctx context.Context) error {
 
 func (w *Worker) stopPulling() {
 	var ccs []jetstream.ConsumeContext
-	for _, t := range w.tools {
+	for _, t := range w.consumers() {
 		if cc := w.pause(t, true); cc != nil {
 			ccs = append(ccs, cc)
 		}
@@ -328,4 +342,13 @@ func (w *Worker) stopPulling() {
 	if w.watcher != nil {
 		_ = w.watcher.Stop()
 	}
+}
+
+// consumers returns every tool and every tenant twin: each has a consumer.
+func (w *Worker) consumers() []*tool {
+	ts := make([]*tool, 0, len(w.tools)+len(w.twins))
+	for _, t := range w.tools {
+		ts = append(ts, t)
+	}
+	return append(ts, w.twins...)
 }

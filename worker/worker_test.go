@@ -161,7 +161,9 @@ func TestSubmitDeduplicated(t *testing.T) {
 		}), nil))
 	})
 	job1 := b.submit(t, "count", ``, &producer.SubmitOpts{ID: "same-id"})
-	job2 := b.submit(t, "count", ``, &producer.SubmitOpts{ID: "same-id"})
+	// The duplicate is reported as such, with the same job.
+	job2, err := b.prod.Submit(testutil.Context(t, 5*time.Second), "count", nil, &producer.SubmitOpts{ID: "same-id"})
+	require.ErrorIs(t, err, producer.ErrDuplicate)
 	require.Equal(t, job1.ID, job2.ID)
 	b.await(t, job1)
 	// A third, different job proves the queue moved past any duplicate.

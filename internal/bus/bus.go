@@ -28,6 +28,12 @@ type Config struct {
 	// DuplicateWindow is the Nats-Msg-Id deduplication window of the jobs and
 	// events streams; 2 minutes by default and never less.
 	DuplicateWindow time.Duration
+	// Tenants adds the stream of named tenants' jobs (Subjects.TenantJobsStream)
+	// for a server that gives each tenant an account (deploy/nats/tenants.conf).
+	Tenants bool
+	// TenantQueueLimit caps the queued (and running) jobs of one tenant for
+	// one tool; a submit past it is refused by the server. 10000 by default.
+	TenantQueueLimit int64
 }
 
 // Defaults.
@@ -35,6 +41,8 @@ const (
 	DefaultEventsMaxAge    = 24 * time.Hour
 	DefaultDLQMaxAge       = 14 * 24 * time.Hour
 	DefaultDuplicateWindow = 2 * time.Minute
+	// DefaultTenantQueueLimit is the default of Config.TenantQueueLimit.
+	DefaultTenantQueueLimit = 10000
 )
 
 // WithDefaults returns cfg with zero fields set to their defaults, or an
@@ -55,6 +63,12 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = DefaultDuplicateWindow
 	}
+	if c.TenantQueueLimit == 0 {
+		c.TenantQueueLimit = DefaultTenantQueueLimit
+	}
+	if c.TenantQueueLimit < 0 {
+		return c, fmt.Errorf("bus: negative tenant queue limit %d", c.TenantQueueLimit)
+	}
 	if c.DuplicateWindow < DefaultDuplicateWindow {
 		return c, fmt.Errorf("bus: duplicate window %s is shorter than %s", c.DuplicateWindow, DefaultDuplicateWindow)
 	}
@@ -67,7 +81,7 @@ func (c Config) WithDefaults() (Config, error) {
 // StreamConfigs returns the configurations of the jobs, events and DLQ streams.
 func (c Config) StreamConfigs() []jetstream.StreamConfig {
 	s := c.Subjects
-	return []jetstream.StreamConfig{
+	scs := []jetstream.StreamConfig{
 		{
 			Name:        s.JobsStream(),
 			Description: "toolq jobs: one durable consumer per tool",
@@ -84,7 +98,9 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 		{
 			Name:        s.EventsStream(),
 			Description: "toolq job events and results",
-			Subjects:    []string{s.Events()},
+			// Named tenants' events too, whether or not this process serves
+			// them: two workers that disagree must not flip the subjects.
+			Subjects:    []string{s.Events(), s.TenantEvents()},
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     c.Storage,
 			Replicas:    c.Replicas,
@@ -104,6 +120,25 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 			AllowDirect: true,
 		},
 	}
+	if c.Tenants {
+		scs = append(scs, jetstream.StreamConfig{
+			Name:        s.TenantJobsStream(),
+			Description: "toolq jobs of named tenants: one durable consumer per tool",
+			Subjects:    []string{s.TenantJobs()},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     c.Storage,
+			Replicas:    c.Replicas,
+			Duplicates:  c.DuplicateWindow,
+			// A quota per tenant and tool, kept by the server: the subject
+			// names both, and a publish past the limit is refused.
+			MaxMsgsPerSubject:    c.TenantQueueLimit,
+			Discard:              jetstream.DiscardNew,
+			DiscardNewPerSubject: true,
+			// No message schedules: a tenant's schedule could target any
+			// subject of the stream, another tenant's included.
+		})
+	}
+	return scs
 }
 
 // Ensure creates or updates every stream and bucket toolq needs, applying
@@ -119,18 +154,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 			return err
 		}
 	}
-	if _, err := ensureKV(ctx, js, jetstream.KeyValueConfig{
-		Bucket:      cfg.Subjects.CancelsBucket(),
-		Description: "cancelled job ids; a queued job in here never starts",
-		TTL:         cfg.EventsMaxAge,
-		// Bounded: a cancel storm fills this bucket, not the disk; past it
-		// a cancel is refused (the producer gets the error).
-		MaxBytes:     CancelsMaxBytes,
-		MaxValueSize: 1 << 10, // the value is the job's session
-		History:      1,
-		Storage:      cfg.Storage,
-		Replicas:     cfg.Replicas,
-	}); err != nil {
+	if err := ensureStream(ctx, js, cancelsStream(cfg)); err != nil {
 		return err
 	}
 	_, err = ensureKV(ctx, js, jetstream.KeyValueConfig{
@@ -144,6 +168,35 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 
 // CancelsMaxBytes bounds the cancels bucket: about 1.5 million cancels.
 const CancelsMaxBytes = 256 << 20
+
+// cancelsStream is the stream of the cancels bucket: a KV bucket as
+// nats.go makes one (same name, subjects, history 1, TTL), except that it
+// allows no roll-ups. Agents write it (tenants through their import), and
+// a put with `Nats-Rollup: all` in an ordinary bucket purges every key:
+// one tenant would wipe every tenant's cancels. Nothing toolq does purges
+// a cancel; AllowRollup can be turned back on, unlike DenyPurge, so an
+// older process that updates the bucket the KV way still can.
+func cancelsStream(cfg Config) jetstream.StreamConfig {
+	bucket := cfg.Subjects.CancelsBucket()
+	return jetstream.StreamConfig{
+		Name:              contracts.KVStream(bucket),
+		Description:       "cancelled job ids; a queued job in here never starts",
+		Subjects:          []string{contracts.KVSubject(bucket, ">")},
+		MaxMsgsPerSubject: 1,
+		MaxBytes:          CancelsMaxBytes, // a cancel storm fills this bucket, not the disk
+		MaxAge:            cfg.EventsMaxAge,
+		MaxMsgSize:        1 << 10, // the value is the job's session
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		Storage:           cfg.Storage,
+		Replicas:          cfg.Replicas,
+		AllowRollup:       false,
+		DenyDelete:        true,
+		Duplicates:        DefaultDuplicateWindow,
+		AllowDirect:       true,
+		Discard:           jetstream.DiscardNew,
+	}
+}
 
 // EnsureKV creates or updates a bucket; safe from many processes at once.
 func EnsureKV(ctx context.Context, js jetstream.JetStream, kc jetstream.KeyValueConfig) (jetstream.KeyValue, error) {

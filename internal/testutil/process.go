@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -138,6 +139,9 @@ func StartServerProcessOn(tb testing.TB, port int, storeDir string, extra ...str
 		if err == nil {
 			nc.Close()
 			return p
+		}
+		if errors.Is(err, nats.ErrAuthorization) {
+			return p // up, and its config wants credentials
 		}
 		select {
 		case <-p.done:

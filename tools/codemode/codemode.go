@@ -70,9 +70,10 @@ func Register(w *worker.Worker, nc *nats.Conn, cfg *Config) (*CodeMode, error) {
 		h    worker.HandlerFunc
 		tc   *worker.ToolConfig
 	}{
-		{contracts.ToolCodeModeExec, cm.handleExec, &worker.ToolConfig{Timeout: time.Duration(c.MaxLimits.TimeoutMs+c.Limits.TimeoutMs)*time.Millisecond + time.Minute}},
-		{contracts.ToolCodeModeWait, cm.handleWait, &worker.ToolConfig{Timeout: long, Concurrency: 256}},
-		{contracts.ToolCodeModeResult, cm.handleResult, &worker.ToolConfig{Retry: worker.RetryPolicy{MaxAttempts: 20, InitialInterval: 100 * time.Millisecond, MaxInterval: 2 * time.Second}}},
+		// Runs do not carry a tenant yet: code mode serves the default tenant only.
+		{contracts.ToolCodeModeExec, cm.handleExec, &worker.ToolConfig{Timeout: time.Duration(c.MaxLimits.TimeoutMs+c.Limits.TimeoutMs)*time.Millisecond + time.Minute, DefaultTenantOnly: true}},
+		{contracts.ToolCodeModeWait, cm.handleWait, &worker.ToolConfig{Timeout: long, Concurrency: 256, DefaultTenantOnly: true}},
+		{contracts.ToolCodeModeResult, cm.handleResult, &worker.ToolConfig{Retry: worker.RetryPolicy{MaxAttempts: 20, InitialInterval: 100 * time.Millisecond, MaxInterval: 2 * time.Second}, DefaultTenantOnly: true}},
 	}
 	for _, t := range tools {
 		if err := w.Register(t.name, t.h, t.tc); err != nil {

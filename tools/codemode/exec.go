@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/sandbox"
 	"github.com/toolq/toolq/worker"
 )
@@ -222,7 +223,8 @@ func (c *CodeMode) submitPending(ctx context.Context, rec *record, rev uint64) (
 			ID: p.JobID, Tool: ref.Tool, Session: rec.Session, Input: p.Input,
 			Parent: &contracts.Parent{RunID: rec.RunID, CallID: p.CallID, Tool: contracts.ToolCodeModeResult}, CreatedAt: time.Now().UTC(),
 		}
-		if err := c.prod.SubmitJob(ctx, nj, rec.TraceParent); err != nil {
+		// A duplicate is this call submitted before a crash: it stands.
+		if err := c.prod.SubmitJob(ctx, nj, rec.TraceParent); err != nil && !errors.Is(err, producer.ErrDuplicate) {
 			return rev, fmt.Errorf("codemode: submit nested call %s: %w", p.CallID, err)
 		}
 	}

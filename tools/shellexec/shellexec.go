@@ -88,6 +88,8 @@ func Register(w *worker.Worker, nc *nats.Conn, cfg *Config) (*ShellExec, error) 
 	// whose worker died is failed (DLQ), never run a second time.
 	if err := w.Register(ToolExec, worker.HandlerFunc(s.handleExec), &worker.ToolConfig{
 		Timeout: long, Retry: worker.RetryPolicy{MaxAttempts: 1},
+		// Approvals do not carry a tenant yet: exec serves the default tenant only.
+		DefaultTenantOnly: true,
 		// Code-mode runs may call it (the code-mode contract: by catalog id, when the
 		// policy allows); a call that needs approval parks the run until a
 		// person decides. Refused in restartSafe runs.
@@ -101,7 +103,7 @@ func Register(w *worker.Worker, nc *nats.Conn, cfg *Config) (*ShellExec, error) 
 		return nil, err
 	}
 	if err := w.Register(ToolDecide, worker.HandlerFunc(s.handleDecide), &worker.ToolConfig{
-		Timeout: long, Concurrency: 64,
+		Timeout: long, Concurrency: 64, DefaultTenantOnly: true,
 		Retry: worker.RetryPolicy{MaxAttempts: 10, InitialInterval: 200 * time.Millisecond, MaxInterval: 5 * time.Second},
 	}); err != nil {
 		return nil, err

@@ -40,6 +40,10 @@ type Config struct {
 	PayloadBytes int
 	// StoreDir holds the server's data; a temporary directory when empty.
 	StoreDir string
+	// Tenants runs the worker with tenants on (worker.Config.Tenants); the
+	// jobs are still the default tenant's, so the figures show what serving
+	// tenants costs the single-tenant path.
+	Tenants bool
 }
 
 // Defaults returns the configuration `toolq bench` uses.
@@ -99,7 +103,7 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 		return nil, err
 	}
 	defer wnc.Close()
-	w, err := worker.New(wnc, &worker.Config{Name: "bench", Logger: quiet, Builtins: true, Tool: worker.ToolConfig{Concurrency: cfg.Concurrency, MaxAckPending: max(4096, cfg.Concurrency)}})
+	w, err := worker.New(wnc, &worker.Config{Name: "bench", Logger: quiet, Builtins: true, Tenants: cfg.Tenants, Tool: worker.ToolConfig{Concurrency: cfg.Concurrency, MaxAckPending: max(4096, cfg.Concurrency)}})
 	if err != nil {
 		return nil, err
 	}

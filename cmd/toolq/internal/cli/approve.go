@@ -102,7 +102,7 @@ func (f *decideFlags) producer(g *globals) (*producer.Producer, func(), error) {
 	}
 	nc, err := nats.Connect(g.natsURL, nats.Name("toolq approver"), nats.Timeout(5*time.Second), opt)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to %s: %w", g.natsURL, err)
+		return nil, nil, fmt.Errorf("connect to %s: %w", redactURL(g.natsURL), err)
 	}
 	p, err := producer.New(nc, &producer.Config{Subjects: g.subjects(), Session: f.session, Timeout: g.timeout, Logger: g.log})
 	if err != nil {

@@ -14,7 +14,10 @@ import (
 
 func newBenchCmd(g *globals) *cobra.Command {
 	cfg := bench.Defaults()
-	var anchors string
+	var (
+		anchors string
+		tenants bool
+	)
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure end-to-end throughput and latency on an embedded server",
@@ -34,6 +37,23 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 			for _, f := range figs {
 				vals[f.Name] = f.Value
 				fmt.Fprintln(g.stdout, f)
+			}
+			if tenants {
+				// The same run again with the worker serving tenants.
+				on := cfg
+				on.Tenants = true
+				tfigs, err := bench.Run(cmd.Context(), on)
+				if err != nil {
+					return err
+				}
+				for _, f := range tfigs {
+					f.Name = "tenants_" + f.Name
+					vals[f.Name] = f.Value
+					fmt.Fprintln(g.stdout, f)
+				}
+				if off := vals["e2e_throughput"]; off > 0 {
+					fmt.Fprintf(g.stdout, "bench.tenants_throughput_vs_single %.3f ratio\n", vals["tenants_e2e_throughput"]/off)
+				}
 			}
 			if anchors == "" {
 				return nil
@@ -62,6 +82,7 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 	f.DurationVar(&cfg.LatencyInterval, "latency-interval", cfg.LatencyInterval, "pause between latency jobs")
 	f.IntVar(&cfg.PayloadBytes, "payload", cfg.PayloadBytes, "bytes of padding in each job's input")
 	f.StringVar(&anchors, "anchors", "", "anchors summary file to compute ratios against")
+	f.BoolVar(&tenants, "tenants", false, "run again with the worker serving tenants and print both, with their throughput ratio")
 	return cmd
 }
 

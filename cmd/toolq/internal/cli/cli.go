@@ -27,6 +27,9 @@ type globals struct {
 	jsonOut  bool
 	logLevel string
 	timeout  time.Duration
+	auth     authFlags
+	// tenantAccount says the user is a tenant's (deploy/nats/tenants.conf).
+	tenantAccount bool
 
 	stdout io.Writer
 	stderr io.Writer
@@ -88,6 +91,9 @@ Submit a job and wait for its result:    toolq submit --tool noop --input '{"hi"
 	pf.BoolVar(&g.jsonOut, "json", false, "print machine-readable JSON")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	pf.DurationVar(&g.timeout, "timeout", 30*time.Second, "how long a client command waits")
+	g.auth.register(pf)
+	pf.BoolVar(&g.tenantAccount, "tenant-account", os.Getenv("TOOLQ_TENANT_ACCOUNT") != "",
+		"the user is a tenant's account (deploy/nats/tenants.conf): follow events by subscription (env TOOLQ_TENANT_ACCOUNT)")
 
 	root.AddCommand(
 		newDevCmd(g),
@@ -101,6 +107,7 @@ Submit a job and wait for its result:    toolq submit --tool noop --input '{"hi"
 		newWaitCmd(g),
 		newRunsCmd(g),
 		newApproveCmd(g), newDenyCmd(g),
+		newTenantCmd(g),
 	)
 	return root
 }
@@ -115,9 +122,14 @@ func envOr(key, def string) string {
 func (g *globals) subjects() contracts.Subjects { return contracts.Subjects{Prefix: g.prefix} }
 
 func (g *globals) connect(name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(g.natsURL, nats.Name(name), nats.Timeout(5*time.Second), nats.MaxReconnects(-1))
+	auth, err := g.auth.options()
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", g.natsURL, err)
+		return nil, err
+	}
+	opts := append([]nats.Option{nats.Name(name), nats.Timeout(5 * time.Second), nats.MaxReconnects(-1)}, auth...)
+	nc, err := nats.Connect(g.natsURL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", redactURL(g.natsURL), err)
 	}
 	return nc, nil
 }

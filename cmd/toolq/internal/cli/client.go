@@ -17,7 +17,10 @@ func (g *globals) producer(session string) (*producer.Producer, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := producer.New(nc, &producer.Config{Subjects: g.subjects(), Session: session, Timeout: g.timeout, Logger: g.log})
+	p, err := producer.New(nc, &producer.Config{
+		Subjects: g.subjects(), Session: session, Timeout: g.timeout, Logger: g.log,
+		TenantAccount: g.tenantAccount,
+	})
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

@@ -39,6 +39,8 @@ type workerFlags struct {
 	noCodeMode      bool
 	codeModeExec    bool
 	builtins        bool
+	tenants         bool
+	tenantQueue     int64
 	mcpConfig       string
 	exec            execFlags
 	ackWait         time.Duration
@@ -60,6 +62,9 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.noCodeMode, "no-code-mode", false, "do not run code-mode jobs on this worker")
 	cmd.Flags().BoolVar(&f.codeModeExec, "codemode-exec", false, "let code-mode runs call the shell exec tool (toolq:core:exec), when the run's tools name it; off by default")
 	cmd.Flags().BoolVar(&f.builtins, "builtins", false, "also run the diagnostic tools noop and sleep (always on in dev)")
+	cmd.Flags().BoolVar(&f.tenants, "tenants", os.Getenv("TOOLQ_TENANTS") != "",
+		"also serve the tenants' accounts of deploy/nats/tenants.conf (env TOOLQ_TENANTS)")
+	cmd.Flags().Int64Var(&f.tenantQueue, "tenant-queue-limit", 0, "queued jobs one tenant may have per tool (default 10000)")
 	addMCPFlag(cmd, &f.mcpConfig)
 	f.exec.register(cmd)
 }
@@ -87,7 +92,7 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 	w, err := worker.New(nc, &worker.Config{
 		Name: f.name, Subjects: g.subjects(), Replicas: f.replicas, StopTimeout: f.stopTimeout,
 		Logger: g.log, Tool: worker.ToolConfig{Concurrency: f.concurrency, AckWait: f.ackWait},
-		Builtins: f.builtins,
+		Builtins: f.builtins, Tenants: f.tenants, TenantQueueLimit: f.tenantQueue,
 	})
 	if err != nil {
 		return nil, err
@@ -250,7 +255,7 @@ func newWorkerCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			g.log.Info("worker connected", slog.String("nats", g.natsURL), slog.String("name", n.w.Name()), slog.Any("tools", n.w.Tools()))
+			g.log.Info("worker connected", slog.String("nats", redactURL(g.natsURL)), slog.String("name", n.w.Name()), slog.Any("tools", n.w.Tools()))
 			return serve(cmd.Context(), g, n, f)
 		},
 	}

@@ -72,7 +72,7 @@ once: each firing is enqueued once.
 			if err := e.Start(ctx); err != nil {
 				return err
 			}
-			g.log.Info("scheduler running", slog.String("engine", engine), slog.String("nats", g.natsURL))
+			g.log.Info("scheduler running", slog.String("engine", engine), slog.String("nats", redactURL(g.natsURL)))
 			<-ctx.Done()
 			g.log.Info("stopping scheduler")
 			sctx, cancel := context.WithTimeout(context.Background(), stopTimeout+5*time.Second)
