@@ -367,8 +367,10 @@ func TestTenancy(t *testing.T) {
 		_, err = cancels.Put(ctx, "ACME.acme-marked", []byte("s1"))
 		require.NoError(t, err)
 		for _, rollup := range []string{"all", "sub"} {
-			msg := &nats.Msg{Subject: contracts.KVSubject(contracts.Subjects{}.CancelsBucket(), "x"), Data: []byte("s1"),
-				Header: nats.Header{"Nats-Rollup": []string{rollup}}}
+			msg := &nats.Msg{
+				Subject: contracts.KVSubject(contracts.Subjects{}.CancelsBucket(), "x"), Data: []byte("s1"),
+				Header: nats.Header{"Nats-Rollup": []string{rollup}},
+			}
 			gjs, err := jetstream.New(b.globex)
 			require.NoError(t, err)
 			_, _ = gjs.PublishMsg(short(t), msg)
