@@ -24,15 +24,15 @@ func TestTenantJobs(t *testing.T) {
 	b.startWorker(t, &worker.Config{Builtins: true, Tenants: true}, nil)
 	ctx := testutil.Context(t, 20*time.Second)
 	s := contracts.Subjects{}
-	for _, tenant := range []string{"", "ACME", "GLOBEX"} {
+	// The default tenant and ACME use the same job id (in different job
+	// streams, so both run); their events share the events stream and must
+	// not be taken for duplicates of each other. The body's "tenant" is
+	// ignored: the tenant comes from the subject. (Named tenants share the
+	// tenant stream's duplicate window, so two of them cannot both use one
+	// id yet: a job needs its id as Nats-Msg-Id.)
+	for _, tenant := range []string{"", "ACME"} {
 		body := `{"id":"same","tool":"noop","session":"s1","tenant":"GLOBEX","input":{"for":"` + tenant + `"},"created_at":"2026-01-01T00:00:00Z"}`
-		// (Named tenants share the tenant stream's duplicate window: only
-		// one of them may use the id as Nats-Msg-Id.)
-		var opts []jetstream.PublishOpt
-		if tenant != "GLOBEX" {
-			opts = append(opts, jetstream.WithMsgID("same"))
-		}
-		ack, err := b.js.Publish(ctx, s.TenantJob(tenant, worker.ToolNoop), []byte(body), opts...)
+		ack, err := b.js.Publish(ctx, s.TenantJob(tenant, worker.ToolNoop), []byte(body), jetstream.WithMsgID("same"))
 		require.NoError(t, err)
 		want := s.JobsStream()
 		if tenant != "" {
@@ -42,7 +42,7 @@ func TestTenantJobs(t *testing.T) {
 	}
 	events, err := b.js.Stream(ctx, s.EventsStream())
 	require.NoError(t, err)
-	for _, tenant := range []string{"", "ACME", "GLOBEX"} {
+	for _, tenant := range []string{"", "ACME"} {
 		var ev *contracts.Event
 		for ev == nil || !ev.Data.Status.Terminal() {
 			m, err := events.GetLastMsgForSubject(ctx, s.TenantEvent(tenant, "s1", "same"))
