@@ -19,8 +19,9 @@ build: wasm ## Build bin/toolq
 	$(GO) build -o bin/toolq ./cmd/toolq
 
 .PHONY: dev
-dev: wasm ## Run toolq dev: embedded NATS + a worker with every tool, and a self-check job
-	$(GO) run ./cmd/toolq dev
+dev: build ## Run toolq dev: embedded NATS + a worker with every tool, and a self-check job
+	@# the binary itself, not `go run`, which exits 1 after Ctrl-C and makes make print an error
+	bin/toolq dev
 
 .PHONY: test
 test: wasm ## Run the whole test suite with the race detector (what CI runs)
