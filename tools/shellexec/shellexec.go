@@ -102,11 +102,18 @@ func Register(w *worker.Worker, nc *nats.Conn, cfg *Config) (*ShellExec, error) 
 	}); err != nil {
 		return nil, err
 	}
-	if err := w.Register(ToolDecide, worker.HandlerFunc(s.handleDecide), &worker.ToolConfig{
-		Timeout: long, Concurrency: 64, DefaultTenantOnly: true,
-		Retry: worker.RetryPolicy{MaxAttempts: 10, InitialInterval: 200 * time.Millisecond, MaxInterval: 5 * time.Second},
-	}); err != nil {
-		return nil, err
+	// A worker that trusts no approver would refuse every decision it
+	// took ("unknown approver"), though another worker could accept it:
+	// decisions are left to the workers that have approvers.
+	if len(c.Approvers) > 0 {
+		if err := w.Register(ToolDecide, worker.HandlerFunc(s.handleDecide), &worker.ToolConfig{
+			Timeout: long, Concurrency: 64, DefaultTenantOnly: true,
+			Retry: worker.RetryPolicy{MaxAttempts: 10, InitialInterval: 200 * time.Millisecond, MaxInterval: 5 * time.Second},
+		}); err != nil {
+			return nil, err
+		}
+	} else {
+		c.Logger.Warn("exec: no approvers configured; this worker takes no exec.decide jobs, so commands that need approval wait for a worker that has approvers")
 	}
 	if err := w.OnCancel(s.onCancel); err != nil {
 		return nil, err

@@ -863,3 +863,38 @@ func TestSandboxLimitsStopCommands(t *testing.T) {
 		require.Equal(t, "next\n", runResult(t, b.await(t, next.Session, next.ID, false)).Stdout, "after the %s", tc.name)
 	}
 }
+
+// A worker that trusts no approver takes no decisions: a decision waits for
+// a worker that can accept it instead of being refused as "from an unknown
+// approver" by whichever worker pulled it first.
+func TestWorkerWithoutApproversTakesNoDecisions(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartJetStream(t)
+	nc := srv.Connect(t)
+	w, err := worker.New(nc, &worker.Config{Name: "no-approvers", Logger: quiet})
+	require.NoError(t, err)
+	_, err = shellexec.Register(w, nc, &shellexec.Config{
+		Policy: shell.Policy{Security: shell.SecurityAllowlist, Ask: shell.AskOnMiss}, Logger: quiet,
+	})
+	require.NoError(t, err)
+	require.Contains(t, w.Tools(), shellexec.ToolExec)
+	require.NotContains(t, w.Tools(), shellexec.ToolDecide)
+
+	w2, err := worker.New(nc, &worker.Config{Name: "approvers", Logger: quiet})
+	require.NoError(t, err)
+	_, err = shellexec.Register(w2, nc, &shellexec.Config{
+		Policy:    shell.Policy{Security: shell.SecurityAllowlist, Ask: shell.AskOnMiss},
+		Approvers: []string{approverKey(t)}, Logger: quiet,
+	})
+	require.NoError(t, err)
+	require.Contains(t, w2.Tools(), shellexec.ToolDecide)
+}
+
+func approverKey(t *testing.T) string {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	pub, err := kp.PublicKey()
+	require.NoError(t, err)
+	return pub
+}
