@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -39,19 +41,34 @@ func (p *Producer) ReadEvents(ctx context.Context, session string, opts *ReadOpt
 		}
 		filter = p.cfg.Subjects.Event(session, o.JobID)
 	}
-	cctx, cancel := p.withTimeout(ctx)
-	cons, err := p.js.OrderedConsumer(cctx, p.cfg.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
+	// Setting up can fail for a moment (a cluster electing a leader, a
+	// reconnect); like Await, ReadEvents tries again until ctx ends.
+	var (
+		cons jetstream.Consumer
+		info *jetstream.ConsumerInfo
+	)
+	for attempt := 0; ; attempt++ {
+		cctx, cancel := p.withTimeout(ctx)
+		var err error
+		cons, err = p.js.OrderedConsumer(cctx, p.cfg.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{filter},
+			DeliverPolicy:  jetstream.DeliverAllPolicy,
+		})
+		if err == nil {
+			info, err = cons.Info(cctx)
+		}
 		cancel()
-		return fmt.Errorf("producer: read events: %w", err)
-	}
-	info, err := cons.Info(cctx)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("producer: read events: %w", err)
+		if err == nil {
+			break
+		}
+		p.log.Debug("read events: retrying setup", slog.String("session", session), slog.Any("err", err))
+		t := time.NewTimer(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("producer: read events: %w (last error: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
 	}
 	if info.NumPending == 0 && !o.Follow {
 		return nil
