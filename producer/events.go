@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -47,28 +45,21 @@ func (p *Producer) ReadEvents(ctx context.Context, session string, opts *ReadOpt
 		cons jetstream.Consumer
 		info *jetstream.ConsumerInfo
 	)
-	for attempt := 0; ; attempt++ {
+	err := p.retrying(ctx, "read events of "+session, func() error {
 		cctx, cancel := p.withTimeout(ctx)
+		defer cancel()
 		var err error
-		cons, err = p.js.OrderedConsumer(cctx, p.cfg.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{
+		if cons, err = p.js.OrderedConsumer(cctx, p.cfg.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{
 			FilterSubjects: []string{filter},
 			DeliverPolicy:  jetstream.DeliverAllPolicy,
-		})
-		if err == nil {
-			info, err = cons.Info(cctx)
+		}); err != nil {
+			return err
 		}
-		cancel()
-		if err == nil {
-			break
-		}
-		p.log.Debug("read events: retrying setup", slog.String("session", session), slog.Any("err", err))
-		t := time.NewTimer(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("producer: read events: %w (last error: %w)", ctx.Err(), err)
-		case <-t.C:
-		}
+		info, err = cons.Info(cctx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("producer: read events: %w", err)
 	}
 	if info.NumPending == 0 && !o.Follow {
 		return nil

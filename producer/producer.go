@@ -270,33 +270,30 @@ func (p *Producer) Await(ctx context.Context, session, jobID string, opts *Await
 		f  *follower
 		ev *contracts.Event
 	)
-	for attempt := 0; ; attempt++ {
-		var err error
+	err := p.retrying(ctx, "await "+jobID, func() error {
 		if f == nil {
-			if err = p.init(ctx); err == nil {
-				if f, err = p.follow(ctx, session, jobID, w); err == nil {
-					defer f.remove(jobID, w)
-					p.hooks.onFollowed(session, jobID)
-				}
+			if err := p.init(ctx); err != nil {
+				return err
 			}
+			nf, err := p.follow(ctx, session, jobID, w)
+			if err != nil {
+				return err
+			}
+			f = nf
+			p.hooks.onFollowed(session, jobID)
 		}
-		if err == nil {
-			// The follower is subscribed now; anything older is in the stream.
-			lctx, cancel := p.withTimeout(ctx)
-			ev, _, err = p.events.Last(lctx, session, jobID)
-			cancel()
-		}
-		if err == nil {
-			break
-		}
-		p.log.Debug("await: retrying setup", slog.String("job", jobID), slog.Any("err", err))
-		t := time.NewTimer(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("producer: await %s: %w (last error: %w)", jobID, ctx.Err(), err)
-		case <-t.C:
-		}
+		// The follower is subscribed now; anything older is in the stream.
+		lctx, cancel := p.withTimeout(ctx)
+		defer cancel()
+		var err error
+		ev, _, err = p.events.Last(lctx, session, jobID)
+		return err
+	})
+	if f != nil {
+		defer f.remove(jobID, w)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("producer: await %s: %w", jobID, err)
 	}
 	if ev != nil && opts.match(ev.Data.Status) {
 		return ev, nil
@@ -396,5 +393,26 @@ func (p *Producer) Close() {
 	p.mu.Unlock()
 	for _, f := range fs {
 		f.stop()
+	}
+}
+
+// retrying runs op until it succeeds or ctx ends, with a growing pause
+// between tries: setting up a read can fail for a moment (a cluster
+// electing a leader, a reconnect), and a wait should outlast that. Each
+// try is bounded by op itself (withTimeout).
+func (p *Producer) retrying(ctx context.Context, what string, op func() error) error {
+	for attempt := 0; ; attempt++ {
+		err := op()
+		if err == nil {
+			return nil
+		}
+		p.log.Debug("retrying setup", slog.String("op", what), slog.Any("err", err))
+		t := time.NewTimer(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
 	}
 }
