@@ -249,11 +249,10 @@ type natsServer struct {
 
 func startNATS(t *testing.T, dir string) *natsServer {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	s := &natsServer{dir: dir, port: port}
+	// Port -1: the server picks a free port itself and keeps it across
+	// restarts. Picking one here and closing it raced with the parallel
+	// tests, which could take it first ("nats-server not ready").
+	s := &natsServer{dir: dir, port: -1}
 	s.start(t)
 	t.Cleanup(s.shutdown)
 	return s
@@ -270,6 +269,9 @@ func (s *natsServer) start(t *testing.T) {
 	ns.Start()
 	require.True(t, ns.ReadyForConnections(10*time.Second), "nats-server not ready")
 	s.mu.Lock()
+	if s.port == -1 {
+		s.port = ns.Addr().(*net.TCPAddr).Port
+	}
 	s.srv = ns
 	s.mu.Unlock()
 }
