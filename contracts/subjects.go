@@ -70,9 +70,10 @@ func KVStream(bucket string) string { return "KV_" + bucket }
 func KVSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
 
 // MaxDeliveriesAdvisories is the wildcard of JetStream's advisories for a
-// message of the jobs stream that reached its consumer's MaxDeliver.
-func (s Subjects) MaxDeliveriesAdvisories() string {
-	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + s.JobsStream() + ".*"
+// message of stream that reached its consumer's MaxDeliver; stream "*"
+// gives every stream's.
+func (s Subjects) MaxDeliveriesAdvisories(stream string) string {
+	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + stream + ".*"
 }
 
 // Job is the subject a job for tool is published on: <prefix>.jobs.<tool>.

@@ -82,7 +82,7 @@ func TestSubjects(t *testing.T) {
 				"approvals":      tc.s.ApprovalsBucket(),
 				"exec policy":    tc.s.ExecPolicyBucket(),
 				"schedules kv":   tc.s.SchedulesBucket(),
-				"advisories":     tc.s.MaxDeliveriesAdvisories(),
+				"advisories":     tc.s.MaxDeliveriesAdvisories(tc.s.JobsStream()),
 				"job":            tc.s.Job("code_mode.exec"),
 				"jobs":           tc.s.Jobs(),
 				"schedules":      tc.s.Schedules(),

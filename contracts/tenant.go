@@ -1,6 +1,9 @@
 package contracts
 
-import "strings"
+import (
+	"strings"
+	"time"
+)
 
 // Tenants. A deployment serves one tenant, the default one, unless its NATS
 // server gives each tenant an account of its own (deploy/nats/tenants.conf).
@@ -28,15 +31,34 @@ func (s Subjects) tenant(tenant string) string {
 	return s.p() + "." + tenantToken + "." + tenant
 }
 
-// TenantJobsStream is the work-queue stream of the jobs of every named
-// tenant. It is not the jobs stream: it allows no message schedules, so a
-// tenant can neither schedule into another subspace nor into the default
-// tenant's jobs.
-func (s Subjects) TenantJobsStream() string { return strings.ToUpper(s.p()) + "_TENANT_JOBS" }
+// TenantJobsStream is the work-queue stream of tenant's jobs,
+// <PREFIX>_TENANT_<tenant>_JOBS: one stream per named tenant, so that
+// JetStream's duplicate window (job ids are Nats-Msg-Ids) and the queue
+// quota are the tenant's own. It allows no message schedules, so a tenant
+// can schedule into no subject at all.
+func (s Subjects) TenantJobsStream(tenant string) string {
+	return strings.ToUpper(s.p()) + "_TENANT_" + tenant + "_JOBS"
+}
 
-// TenantJobs is the wildcard of every named tenant's job subjects:
-// <prefix>.t.*.jobs.>.
-func (s Subjects) TenantJobs() string { return s.tenant("*") + ".jobs.>" }
+// TenantJobs is the subjects of tenant's jobs: <prefix>.t.<tenant>.jobs.>.
+func (s Subjects) TenantJobs(tenant string) string { return s.tenant(tenant) + ".jobs.>" }
+
+// TenantsBucket is the KV bucket of the named tenants, keyed by name:
+// `toolq tenant add` writes an entry, and workers serving tenants make and
+// consume the tenant's jobs stream for each entry.
+func (s Subjects) TenantsBucket() string { return s.bucket("tenants") }
+
+// TenantRecord is a tenant's entry in the tenants bucket.
+type TenantRecord struct {
+	// Name is the tenant's NATS account name and its subject token.
+	Name string `json:"name"`
+	// QueueLimit caps the queued and running jobs of the tenant over all
+	// tools; a submit past it is refused by the server. 0 takes the
+	// workers' default.
+	QueueLimit int64 `json:"queueLimit,omitempty"`
+	// Added is when the entry was written.
+	Added time.Time `json:"added"`
+}
 
 // TenantJob is the subject of a job for tool in tenant, as the toolq
 // account sees it: Job(tool) for the default tenant, <prefix>.t.<tenant>.jobs.<tool>
@@ -77,4 +99,14 @@ func TenantKey(tenant, jobID string) string {
 		return jobID
 	}
 	return tenant + "." + jobID
+}
+
+// TenantToolOf returns the tool of a job subject of tenant in the toolq
+// account, or "" when subject is not one: ToolOf for the default tenant.
+func (s Subjects) TenantToolOf(tenant, subject string) string {
+	tool, ok := strings.CutPrefix(subject, s.tenant(tenant)+".jobs.")
+	if !ok || !ValidTool(tool) {
+		return ""
+	}
+	return tool
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
 	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/scheduler"
@@ -105,6 +105,10 @@ func setupTenancy(t *testing.T) *tenancy {
 	b.sched = connect(nats.UserInfo("scheduler", "scheduler-secret"))
 	b.wjs, err = jetstream.New(b.wnc)
 	require.NoError(t, err)
+	// The operator registers both tenants (`toolq tenant add` does this).
+	for _, name := range []string{"ACME", "GLOBEX"} {
+		require.NoError(t, bus.AddTenant(testutil.Context(t, 10*time.Second), b.wjs, bus.Config{TenantQueueLimit: tenantQueueLimit}, contracts.TenantRecord{Name: name}))
+	}
 	quietLog := slog.New(slog.DiscardHandler)
 	w, err := worker.New(b.wnc, &worker.Config{Name: "w1", Builtins: true, Tenants: true, TenantQueueLimit: tenantQueueLimit, Logger: quietLog, StopTimeout: 5 * time.Second})
 	require.NoError(t, err)
@@ -204,11 +208,13 @@ func TestTenancy(t *testing.T) {
 		ev, err := b.globexP.Await(ctx, job.Session, job.ID, nil)
 		require.NoError(t, err)
 		require.JSONEq(t, `{"mine":true}`, string(ev.Data.Result))
-		// The jobs of both tenants are in the tenant stream, each under its tenant.
-		st, err := b.wjs.Stream(ctx, contracts.Subjects{}.TenantJobsStream())
-		require.NoError(t, err)
-		require.Equal(t, []string{"toolq.t.*.jobs.>"}, st.CachedInfo().Config.Subjects)
-		require.False(t, st.CachedInfo().Config.AllowMsgSchedules)
+		// Each tenant's jobs are in a stream of its own.
+		for _, tenant := range []string{"ACME", "GLOBEX"} {
+			st, err := b.wjs.Stream(ctx, contracts.Subjects{}.TenantJobsStream(tenant))
+			require.NoError(t, err)
+			require.Equal(t, []string{"toolq.t." + tenant + ".jobs.>"}, st.CachedInfo().Config.Subjects)
+			require.False(t, st.CachedInfo().Config.AllowMsgSchedules)
+		}
 	})
 
 	t.Run("the scheduler role runs the NATS engine", func(t *testing.T) {
@@ -389,9 +395,11 @@ func TestTenancy(t *testing.T) {
 		require.Error(t, err, "agents must not publish nested results")
 		_, err = gjs.Publish(short(t), "toolq.jobs."+contracts.ToolExecDecide, []byte(forged))
 		require.Error(t, err, "agents must not publish exec decisions")
-		n, err := subjectCount(b, contracts.Subjects{}.TenantJobsStream(), "toolq.t.*.jobs."+contracts.ToolCodeModeResult)
-		require.NoError(t, err)
-		require.Zero(t, n)
+		for _, tenant := range []string{"ACME", "GLOBEX"} {
+			n, err := subjectCount(b, contracts.Subjects{}.TenantJobsStream(tenant), "toolq.t.*.jobs."+contracts.ToolCodeModeResult)
+			require.NoError(t, err)
+			require.Zero(t, n)
+		}
 
 		// The side route: an ordinary job that names a parent run, whose
 		// end the worker would report to the run as its nested result.
@@ -404,7 +412,7 @@ func TestTenancy(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, contracts.StatusFailed, ev.Data.Status)
 		require.Equal(t, contracts.CodeInvalidInput, ev.Data.Error.Code)
-		n, err = subjectCount(b, contracts.Subjects{}.JobsStream(), contracts.Subjects{}.Job(contracts.ToolCodeModeResult))
+		n, err := subjectCount(b, contracts.Subjects{}.JobsStream(), contracts.Subjects{}.Job(contracts.ToolCodeModeResult))
 		require.NoError(t, err)
 		require.Zero(t, n, "a nested result reached the toolq account's jobs")
 	})
@@ -455,25 +463,33 @@ func TestTenancy(t *testing.T) {
 		dup, err := b.acmeP.Submit(ctx, worker.ToolNoop, nil, &producer.SubmitOpts{ID: "order-42", Session: "s2"})
 		require.ErrorIs(t, err, producer.ErrDuplicate)
 		require.Equal(t, victim.ID, dup.ID)
-		// From another tenant: reported too, and the attacker reads nothing.
-		_, err = b.globexP.Submit(ctx, worker.ToolNoop, nil, &producer.SubmitOpts{ID: "order-42"})
-		require.ErrorIs(t, err, producer.ErrDuplicate)
-		_, err = b.globexP.Await(short(t), "s1", "order-42", nil)
-		require.ErrorIs(t, err, context.DeadlineExceeded)
+		// From another tenant, in the same session name: the tenant's own
+		// job, which runs and answers the attacker with its own input; the
+		// victim's job and result are untouched.
+		own, err := b.globexP.Submit(ctx, worker.ToolNoop, json.RawMessage(`"globex's"`), &producer.SubmitOpts{ID: "order-42", Session: victim.Session})
+		require.NoError(t, err)
+		ev, err := b.globexP.Await(ctx, own.Session, own.ID, nil)
+		require.NoError(t, err)
+		require.JSONEq(t, `"globex's"`, string(ev.Data.Result))
+		require.NotContains(t, string(ev.Data.Result), secret)
+		vev, err := b.acmeP.Await(ctx, victim.Session, victim.ID, nil)
+		require.NoError(t, err)
+		require.Contains(t, string(vev.Data.Result), secret)
 	})
 
-	t.Run("a tenant's queue is capped per tool, not the others'", func(t *testing.T) {
+	t.Run("a tenant's queue is capped, not the others'", func(t *testing.T) {
 		ctx := testutil.Context(t, 10*time.Second)
-		for range tenantQueueLimit {
-			_, err := b.globexP.Submit(ctx, "unserved", nil, nil)
-			require.NoError(t, err)
+		var err error
+		for range tenantQueueLimit + 1 {
+			if _, err = b.globexP.Submit(ctx, "unserved", nil, nil); err != nil {
+				break
+			}
 		}
-		_, err := b.globexP.Submit(ctx, "unserved", nil, nil)
 		require.Error(t, err, "a submit past the tenant's queue limit")
+		_, err = b.globexP.Submit(ctx, "unserved2", nil, nil)
+		require.Error(t, err, "the limit is the tenant's over all tools")
 		_, err = b.acmeP.Submit(ctx, "unserved", nil, nil)
 		require.NoError(t, err, "another tenant's queue is its own")
-		_, err = b.globexP.Submit(ctx, "unserved2", nil, nil)
-		require.NoError(t, err, "another tool's queue is its own")
 	})
 
 	t.Run("7 forged MAX_DELIVERIES advisory", func(t *testing.T) {
@@ -493,25 +509,28 @@ func TestTenancy(t *testing.T) {
 				s.JobsStream(), seq)
 		}
 		subject := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + s.JobsStream() + ".worker_unserved"
-		// The attacker's forgery, for the first job.
+		// The tool's consumer exists (as a worker of it would make it) but
+		// has delivered neither job.
+		_, err := b.wjs.CreateOrUpdateConsumer(ctx, s.JobsStream(), jetstream.ConsumerConfig{
+			Durable: s.ConsumerName("unserved"), FilterSubject: s.Job("unserved"), AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 5,
+		})
+		require.NoError(t, err)
+		// The attacker's forgery, for the first job: not even delivered to
+		// the toolq account.
 		_ = b.globex.Publish(subject, advisory(seqs[0]))
 		_ = b.globex.Flush()
 		// The same advisory from inside the toolq account, for the second:
-		// the worker acts on it, so it would have acted on the first.
+		// the worker hears it, checks it against the consumer, and refuses.
 		require.NoError(t, b.control.Publish(subject, advisory(seqs[1])))
+		require.NoError(t, b.control.Flush())
+		time.Sleep(500 * time.Millisecond) // the worker acts within milliseconds on a real one
 		st, err := b.wjs.Stream(ctx, s.JobsStream())
 		require.NoError(t, err)
-		for {
-			_, err := st.GetMsg(ctx, seqs[1])
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				break
-			}
-			require.NoError(t, ctx.Err(), "the control advisory was not acted on")
-			time.Sleep(20 * time.Millisecond) // polling the server
+		for i, seq := range seqs {
+			m, err := st.GetMsg(ctx, seq)
+			require.NoError(t, err, "a forged advisory removed queued job %d", i)
+			require.True(t, bytes.Contains(m.Data, fmt.Appendf(nil, "queued-%d", i)))
 		}
-		m, err := st.GetMsg(ctx, seqs[0])
-		require.NoError(t, err, "the forged advisory removed a queued job")
-		require.True(t, bytes.Contains(m.Data, []byte("queued-0")))
 	})
 }
 

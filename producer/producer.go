@@ -224,8 +224,11 @@ func (p *Producer) SubmitJob(ctx context.Context, job *contracts.Job, traceparen
 	ack, err := p.js.PublishMsg(ctx, msg, jetstream.WithMsgID(contracts.DedupID(job)))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoStreamResponse) {
-			return fmt.Errorf("producer: submit %s: no stream takes %s (start a worker or `toolq dev` first, which create toolq's streams): %w",
-				job.ID, msg.Subject, err)
+			hint := "start a worker or `toolq dev` first, which create toolq's streams"
+			if p.cfg.TenantAccount {
+				hint = "this tenant is not registered yet: the operator runs `toolq tenant register NAME` in the toolq account"
+			}
+			return fmt.Errorf("producer: submit %s: no stream takes %s (%s): %w", job.ID, msg.Subject, hint, err)
 		}
 		return fmt.Errorf("producer: submit %s: %w", job.ID, err)
 	}

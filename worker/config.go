@@ -41,12 +41,15 @@ type Config struct {
 	// is given; `toolq dev`, the bench and tests turn them on.
 	Builtins bool
 	// Tenants also serves the named tenants of a server that gives each
-	// tenant an account (deploy/nats/tenants.conf): every tool gets a second
-	// consumer, on the tenant jobs stream, and each job's tenant comes from
-	// its subject. Off by default (one tenant, the default one).
+	// tenant an account (deploy/nats/tenants.conf): the worker follows the
+	// tenants bucket (`toolq tenant register`), and every tool gets one more
+	// consumer per registered tenant, on that tenant's jobs stream; each
+	// job's tenant comes from its subject. Off by default (one tenant, the
+	// default one).
 	Tenants bool
-	// TenantQueueLimit caps the queued and running jobs of one tenant for
-	// one tool (the server refuses a submit past it); 10000 by default.
+	// TenantQueueLimit caps the queued and running jobs of a tenant over
+	// all tools when its record names no limit (the server refuses a submit
+	// past it); 10000 by default.
 	TenantQueueLimit int64
 	// Logger receives structured logs; slog.Default() when nil.
 	Logger *slog.Logger

@@ -11,8 +11,8 @@ import (
 
 func (w *Worker) startTool(ctx context.Context, t *tool) error {
 	stream, filter := w.cfg.Subjects.JobsStream(), w.cfg.Subjects.Job(t.name)
-	if t.tenants {
-		stream, filter = w.cfg.Subjects.TenantJobsStream(), w.cfg.Subjects.TenantJob("*", t.name)
+	if t.tenant != "" {
+		stream, filter = w.cfg.Subjects.TenantJobsStream(t.tenant), w.cfg.Subjects.TenantJob(t.tenant, t.name)
 	}
 	cons, err := w.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		Durable:       w.cfg.Subjects.ConsumerName(t.name),

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -139,16 +140,30 @@ func (w *Worker) onMaxDeliveries(m *nats.Msg) {
 func (w *Worker) reapExhausted(adv maxDeliveriesAdvisory) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	raw, err := w.jobs.GetMsg(ctx, adv.StreamSeq)
+	tenant, ok := w.streamTenant(adv.Stream)
+	if !ok {
+		return // not a jobs stream this worker serves
+	}
+	stream, err := w.js.Stream(ctx, adv.Stream)
+	if err != nil {
+		w.log.Warn("max deliveries: stream unreadable", slog.String("stream", adv.Stream), slog.Any("err", err))
+		return
+	}
+	raw, err := stream.GetMsg(ctx, adv.StreamSeq)
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrMsgNotFound) {
 			w.log.Warn("max deliveries: job unreadable", slog.Uint64("seq", adv.StreamSeq), slog.Any("err", err))
 		}
 		return
 	}
-	toolName := w.cfg.Subjects.ToolOf(raw.Subject)
+	toolName := w.cfg.Subjects.TenantToolOf(tenant, raw.Subject)
 	if toolName == "" {
 		return // not a job of ours (e.g. a schedule)
+	}
+	if err := w.verifyExhausted(ctx, adv, toolName); err != nil {
+		w.log.Warn("max deliveries advisory not acted on", slog.String("stream", adv.Stream),
+			slog.Uint64("seq", adv.StreamSeq), slog.String("reason", err.Error()))
+		return
 	}
 	werr := contracts.Errorf(contracts.CodeInternalError,
 		"attempts exhausted: the worker running attempt %d stopped without an answer", adv.Deliveries)
@@ -161,7 +176,8 @@ func (w *Worker) reapExhausted(adv maxDeliveriesAdvisory) {
 		return
 	}
 	if job != nil {
-		ev, seq, err := w.events.Last(ctx, job.Session, job.ID)
+		job.Tenant = tenant
+		ev, seq, err := w.events.LastIn(ctx, tenant, job.Session, job.ID)
 		if err == nil && (ev == nil || !ev.Data.Status.Terminal()) {
 			fe := contracts.NewEvent(w.source, job, contracts.StatusFailed, 1, time.Now())
 			fe.Data.Attempt = int(adv.Deliveries) //nolint:gosec // G115: at most the consumer's MaxDeliver, an int
@@ -179,9 +195,55 @@ func (w *Worker) reapExhausted(adv maxDeliveriesAdvisory) {
 			}
 		}
 	}
-	if err := w.jobs.DeleteMsg(ctx, adv.StreamSeq); err != nil {
+	if err := stream.DeleteMsg(ctx, adv.StreamSeq); err != nil {
 		w.log.Debug("max deliveries: delete", slog.Any("err", err))
 	}
 	w.log.Warn("job exhausted its attempts after a lost worker; moved to the DLQ",
 		slog.String("tool", toolName), slog.Uint64("seq", adv.StreamSeq))
+}
+
+// streamTenant returns the tenant whose jobs stream is named stream: "" for
+// the jobs stream, a named tenant this worker serves for a tenant's.
+func (w *Worker) streamTenant(stream string) (string, bool) {
+	if stream == w.cfg.Subjects.JobsStream() {
+		return "", true
+	}
+	if !w.cfg.Tenants {
+		return "", false
+	}
+	w.tenantMu.Lock()
+	defer w.tenantMu.Unlock()
+	for tenant := range w.twins {
+		if w.cfg.Subjects.TenantJobsStream(tenant) == stream {
+			return tenant, true
+		}
+	}
+	return "", false
+}
+
+// verifyExhausted checks an advisory against the server before a job is
+// moved to the DLQ: anyone who may publish on $JS.EVENT can forge one. The
+// advisory must name the tool's own consumer, claim at least its
+// MaxDeliver, and the consumer must already have delivered the message: a
+// forged advisory for a queued job, the one that would delete a job nobody
+// ran, is refused by the last check.
+func (w *Worker) verifyExhausted(ctx context.Context, adv maxDeliveriesAdvisory, toolName string) error {
+	if adv.Consumer != w.cfg.Subjects.ConsumerName(toolName) {
+		return fmt.Errorf("consumer %q is not the consumer of %s", adv.Consumer, toolName)
+	}
+	cons, err := w.js.Consumer(ctx, adv.Stream, adv.Consumer)
+	if err != nil {
+		return fmt.Errorf("consumer: %w", err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("consumer info: %w", err)
+	}
+	if maxDeliver := info.Config.MaxDeliver; maxDeliver > 0 && adv.Deliveries < uint64(maxDeliver) {
+		return fmt.Errorf("%d deliveries is below the consumer's max of %d", adv.Deliveries, maxDeliver)
+	}
+	if adv.StreamSeq > info.Delivered.Stream {
+		return fmt.Errorf("the consumer never delivered message %d (delivered up to %d)", adv.StreamSeq, info.Delivered.Stream)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,39 +11,53 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
 	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/worker"
 )
 
+// addTenant registers a named tenant the way `toolq tenant add` does.
+func addTenant(t *testing.T, b *bundle, name string) {
+	t.Helper()
+	ctx := testutil.Context(t, 10*time.Second)
+	require.NoError(t, bus.AddTenant(ctx, b.js, bus.Config{}, contracts.TenantRecord{Name: name}))
+}
+
 // TestTenantJobs runs jobs with one id for the default tenant and two named
-// tenants: each is answered under the tenant of its subject (a body that
-// claims another tenant changes nothing), and no event is taken for a
-// duplicate of another tenant's.
+// tenants, one of them added while the worker runs: each is answered under
+// the tenant of its subject (a body that claims another tenant changes
+// nothing), and none is taken for a duplicate of another tenant's: each
+// named tenant has a jobs stream, and so a duplicate window, of its own.
 func TestTenantJobs(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	addTenant(t, b, "ACME")
 	b.startWorker(t, &worker.Config{Builtins: true, Tenants: true}, nil)
+	addTenant(t, b, "INITECH")
 	ctx := testutil.Context(t, 20*time.Second)
 	s := contracts.Subjects{}
-	// The default tenant and ACME use the same job id (in different job
-	// streams, so both run); their events share the events stream and must
-	// not be taken for duplicates of each other. The body's "tenant" is
-	// ignored: the tenant comes from the subject. (Named tenants share the
-	// tenant stream's duplicate window, so two of them cannot both use one
-	// id yet: a job needs its id as Nats-Msg-Id.)
-	for _, tenant := range []string{"", "ACME"} {
+	tenants := []string{"", "ACME", "INITECH"}
+	for _, tenant := range tenants {
 		body := `{"id":"same","tool":"noop","session":"s1","tenant":"GLOBEX","input":{"for":"` + tenant + `"},"created_at":"2026-01-01T00:00:00Z"}`
 		ack, err := b.js.Publish(ctx, s.TenantJob(tenant, worker.ToolNoop), []byte(body), jetstream.WithMsgID("same"))
 		require.NoError(t, err)
+		require.False(t, ack.Duplicate, "tenant %q", tenant)
 		want := s.JobsStream()
 		if tenant != "" {
-			want = s.TenantJobsStream()
+			want = s.TenantJobsStream(tenant)
 		}
 		require.Equal(t, want, ack.Stream)
 	}
+	// Within a tenant the id is still a duplicate.
+	ack, err := b.js.Publish(ctx, s.TenantJob("ACME", worker.ToolNoop), []byte(`{}`), jetstream.WithMsgID("same"))
+	require.NoError(t, err)
+	require.True(t, ack.Duplicate)
+	// GLOBEX is no tenant yet: nothing takes its jobs.
+	_, err = b.js.Publish(ctx, s.TenantJob("GLOBEX", worker.ToolNoop), []byte(`{}`))
+	require.ErrorIs(t, err, jetstream.ErrNoStreamResponse)
 	events, err := b.js.Stream(ctx, s.EventsStream())
 	require.NoError(t, err)
-	for _, tenant := range []string{"", "ACME"} {
+	for _, tenant := range tenants {
 		var ev *contracts.Event
 		for ev == nil || !ev.Data.Status.Terminal() {
 			m, err := events.GetLastMsgForSubject(ctx, s.TenantEvent(tenant, "s1", "same"))
@@ -60,6 +75,10 @@ func TestTenantJobs(t *testing.T) {
 		require.NoError(t, json.Unmarshal(ev.Data.Result, &got))
 		require.Equal(t, tenant, got.For)
 	}
+	// A removed tenant's jobs stream goes with it.
+	require.NoError(t, bus.RemoveTenant(ctx, b.js, s, "INITECH"))
+	_, err = b.js.Publish(ctx, s.TenantJob("INITECH", worker.ToolNoop), []byte(`{}`))
+	require.ErrorIs(t, err, jetstream.ErrNoStreamResponse)
 	// A tenant that is no valid id is refused by the server's subject rules
 	// or by the worker; nothing answers under the default tenant for it.
 	_, err = b.js.Publish(ctx, "toolq.t.a b.jobs.noop", []byte(`{}`))
@@ -71,6 +90,7 @@ func TestTenantJobs(t *testing.T) {
 func TestDefaultTenantOnly(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	addTenant(t, b, "ACME")
 	b.startWorker(t, &worker.Config{Tenants: true}, func(w *worker.Worker) {
 		require.NoError(t, w.Register("local", worker.HandlerFunc(func(_ context.Context, _ *contracts.Job) (json.RawMessage, error) {
 			return json.RawMessage(`"ran"`), nil
@@ -94,6 +114,77 @@ func TestDefaultTenantOnly(t *testing.T) {
 			return
 		}
 		require.NoError(t, ctx.Err())
+		time.Sleep(20 * time.Millisecond) // polling the server
+	}
+}
+
+// TestTenantMaxDeliveries: a named tenant's job whose worker died during
+// its last attempt is moved to the DLQ and failed in the tenant's events,
+// as the default tenant's is; and an advisory forged from inside the toolq
+// account for a job the consumer never delivered changes nothing.
+func TestTenantMaxDeliveries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	addTenant(t, b, "ACME")
+	b.startWorker(t, &worker.Config{Name: "C", Tenants: true}, nil)
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	ncA := b.srv.Connect(t)
+	wa, err := worker.New(ncA, &worker.Config{Name: "A", Logger: quiet, Tenants: true})
+	require.NoError(t, err)
+	require.NoError(t, wa.Register("fragile", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
+		started <- struct{}{}
+		<-release
+		return nil, nil
+	}), &worker.ToolConfig{AckWait: 300 * time.Millisecond, Retry: worker.RetryPolicy{MaxAttempts: 1}}))
+	require.NoError(t, wa.Start(testutil.Context(t, 10*time.Second)))
+	ctx := testutil.Context(t, 30*time.Second)
+	s := contracts.Subjects{}
+	_, err = b.js.Publish(ctx, s.TenantJob("ACME", "fragile"), []byte(`{"id":"lost","tool":"fragile","session":"s1","created_at":"2026-01-01T00:00:00Z"}`), jetstream.WithMsgID("lost"))
+	require.NoError(t, err)
+	<-started
+	ncA.Close() // dies during its last (only) attempt
+	close(release)
+	ev := lastEvent(t, b, "ACME", "s1", "lost")
+	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+	require.Contains(t, ev.Data.Error.Message, "attempts exhausted")
+	require.Equal(t, "lost", readDLQ(t, b, "fragile").JobID)
+
+	// A queued job of a consumer that exists but has not delivered it.
+	_, err = b.js.CreateOrUpdateConsumer(ctx, s.TenantJobsStream("ACME"), jetstream.ConsumerConfig{
+		Durable: s.ConsumerName("idle"), FilterSubject: s.TenantJob("ACME", "idle"), AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 3,
+	})
+	require.NoError(t, err)
+	ack, err := b.js.Publish(ctx, s.TenantJob("ACME", "idle"), []byte(`{"id":"queued","tool":"idle","session":"s1","created_at":"2026-01-01T00:00:00Z"}`))
+	require.NoError(t, err)
+	forged := fmt.Appendf(nil, `{"stream":%q,"consumer":%q,"stream_seq":%d,"deliveries":3}`, ack.Stream, s.ConsumerName("idle"), ack.Sequence)
+	require.NoError(t, b.nc.Publish(s.MaxDeliveriesAdvisories(ack.Stream)[:len(s.MaxDeliveriesAdvisories(ack.Stream))-1]+s.ConsumerName("idle"), forged))
+	require.NoError(t, b.nc.Flush())
+	// The worker reads the advisory at once; give it the time a real one takes.
+	time.Sleep(500 * time.Millisecond)
+	st, err := b.js.Stream(ctx, ack.Stream)
+	require.NoError(t, err)
+	_, err = st.GetMsg(ctx, ack.Sequence)
+	require.NoError(t, err, "a forged advisory removed a queued job")
+	require.NoError(t, wa.Stop(testutil.Context(t, 5*time.Second)))
+}
+
+// lastEvent waits for a terminal event of a tenant's job.
+func lastEvent(t *testing.T, b *bundle, tenant, session, id string) *contracts.Event {
+	t.Helper()
+	ctx := testutil.Context(t, 30*time.Second)
+	events, err := b.js.Stream(ctx, contracts.Subjects{}.EventsStream())
+	require.NoError(t, err)
+	for {
+		m, err := events.GetLastMsgForSubject(ctx, contracts.Subjects{}.TenantEvent(tenant, session, id))
+		if err == nil {
+			ev, err := contracts.DecodeEvent(m.Data)
+			require.NoError(t, err)
+			if ev.Data.Status.Terminal() {
+				return ev
+			}
+		}
+		require.NoError(t, ctx.Err(), "no terminal event")
 		time.Sleep(20 * time.Millisecond) // polling the server
 	}
 }

@@ -44,15 +44,21 @@ type Worker struct {
 	source string
 	life   *lifecycle.Service
 
-	mu       sync.Mutex
-	tools    map[string]*tool
-	twins    []*tool // the tools' consumers of tenant jobs, with Config.Tenants
-	exts     []Extension
-	onCancel []CancelHook
-	started  bool                 // Start began: no more Register, Use, OnCancel
-	stopping bool                 // Stop began: no new reaper goroutines
-	inflight map[string]*inflight // by job id
-	cancels  *cancelMemory        // recently cancelled job ids
+	mu    sync.Mutex
+	tools map[string]*tool
+	// twins are the tools' consumers of each named tenant's jobs stream,
+	// by tenant, with Config.Tenants. tenantMu orders adding and removing
+	// a tenant's twins against stopPulling.
+	twins       map[string][]*tool
+	tenantMu    sync.Mutex
+	pullStopped bool // under tenantMu: stopPulling ran; add no twins
+	tenantsW    jetstream.KeyWatcher
+	exts        []Extension
+	onCancel    []CancelHook
+	started     bool                 // Start began: no more Register, Use, OnCancel
+	stopping    bool                 // Stop began: no new reaper goroutines
+	inflight    map[string]*inflight // by job id
+	cancels     *cancelMemory        // recently cancelled job ids
 
 	events  *bus.Events
 	jobs    jetstream.Stream
@@ -74,7 +80,7 @@ type tool struct {
 	cfg     ToolConfig
 	sem     chan struct{}
 	cons    jetstream.Consumer
-	tenants bool // consumes the named tenants' jobs stream (a twin of the tool)
+	tenant  string // a twin's named tenant, whose jobs stream it consumes; "" for the tool itself
 
 	ccMu   sync.Mutex
 	cc     jetstream.ConsumeContext // nil while paused
@@ -239,12 +245,10 @@ func (w *Worker) startBus(ctx context.Context) error {
 // entries, the consumers and the heartbeats; on error it undoes them.
 func (w *Worker) startConsuming(ctx context.Context) error {
 	w.runCtx, w.runCancel = context.WithCancelCause(context.Background())
-	w.subs, w.watcher, w.feed = nil, nil, nil
-	if w.cfg.Tenants && w.twins == nil {
-		for _, t := range w.tools {
-			w.twins = append(w.twins, &tool{name: t.name, handler: t.handler, cfg: t.cfg, sem: t.sem, tenants: true})
-		}
-	}
+	w.subs, w.watcher, w.feed, w.tenantsW = nil, nil, nil, nil
+	w.tenantMu.Lock()
+	w.twins, w.pullStopped = map[string][]*tool{}, false
+	w.tenantMu.Unlock()
 	for _, t := range w.consumers() {
 		t.reopen()
 	}
@@ -265,7 +269,10 @@ func (w *Worker) startConsuming(ctx context.Context) error {
 		}
 		w.subs = append(w.subs, sub)
 	}
-	adv := w.cfg.Subjects.MaxDeliveriesAdvisories()
+	adv := w.cfg.Subjects.MaxDeliveriesAdvisories(w.cfg.Subjects.JobsStream())
+	if w.cfg.Tenants {
+		adv = w.cfg.Subjects.MaxDeliveriesAdvisories("*") // each tenant has a stream
+	}
 	if sub, err = w.nc.Subscribe(adv, w.onMaxDeliveries); err != nil {
 		w.abortStart()
 		return fmt.Errorf("worker: subscribe advisories: %w", err)
@@ -278,6 +285,12 @@ func (w *Worker) startConsuming(ctx context.Context) error {
 	}
 	for _, t := range w.consumers() {
 		if err := w.startTool(ctx, t); err != nil {
+			w.abortStart()
+			return err
+		}
+	}
+	if w.cfg.Tenants {
+		if err := w.startTenants(ctx); err != nil {
 			w.abortStart()
 			return err
 		}
@@ -327,6 +340,12 @@ func (w *Worker) stop(ctx context.Context) error {
 }
 
 func (w *Worker) stopPulling() {
+	w.tenantMu.Lock()
+	w.pullStopped = true
+	if w.tenantsW != nil {
+		_ = w.tenantsW.Stop()
+	}
+	w.tenantMu.Unlock()
 	var ccs []jetstream.ConsumeContext
 	for _, t := range w.consumers() {
 		if cc := w.pause(t, true); cc != nil {
@@ -346,9 +365,14 @@ func (w *Worker) stopPulling() {
 
 // consumers returns every tool and every tenant twin: each has a consumer.
 func (w *Worker) consumers() []*tool {
-	ts := make([]*tool, 0, len(w.tools)+len(w.twins))
+	w.tenantMu.Lock()
+	defer w.tenantMu.Unlock()
+	ts := make([]*tool, 0, len(w.tools))
 	for _, t := range w.tools {
 		ts = append(ts, t)
 	}
-	return append(ts, w.twins...)
+	for _, twins := range w.twins {
+		ts = append(ts, twins...)
+	}
+	return ts
 }

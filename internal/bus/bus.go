@@ -28,11 +28,13 @@ type Config struct {
 	// DuplicateWindow is the Nats-Msg-Id deduplication window of the jobs and
 	// events streams; 2 minutes by default and never less.
 	DuplicateWindow time.Duration
-	// Tenants adds the stream of named tenants' jobs (Subjects.TenantJobsStream)
-	// for a server that gives each tenant an account (deploy/nats/tenants.conf).
+	// Tenants adds the tenants bucket (Subjects.TenantsBucket) for a server
+	// that gives each tenant an account (deploy/nats/tenants.conf); each
+	// tenant's jobs stream is made by EnsureTenant.
 	Tenants bool
-	// TenantQueueLimit caps the queued (and running) jobs of one tenant for
-	// one tool; a submit past it is refused by the server. 10000 by default.
+	// TenantQueueLimit caps the queued (and running) jobs of one tenant over
+	// all tools when its record names no limit; a submit past it is refused
+	// by the server. 10000 by default.
 	TenantQueueLimit int64
 }
 
@@ -120,24 +122,6 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 			AllowDirect: true,
 		},
 	}
-	if c.Tenants {
-		scs = append(scs, jetstream.StreamConfig{
-			Name:        s.TenantJobsStream(),
-			Description: "toolq jobs of named tenants: one durable consumer per tool",
-			Subjects:    []string{s.TenantJobs()},
-			Retention:   jetstream.WorkQueuePolicy,
-			Storage:     c.Storage,
-			Replicas:    c.Replicas,
-			Duplicates:  c.DuplicateWindow,
-			// A quota per tenant and tool, kept by the server: the subject
-			// names both, and a publish past the limit is refused.
-			MaxMsgsPerSubject:    c.TenantQueueLimit,
-			Discard:              jetstream.DiscardNew,
-			DiscardNewPerSubject: true,
-			// No message schedules: a tenant's schedule could target any
-			// subject of the stream, another tenant's included.
-		})
-	}
 	return scs
 }
 
@@ -163,6 +147,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		Storage:     cfg.Storage,
 		Replicas:    cfg.Replicas,
 	})
+	if err == nil && cfg.Tenants {
+		_, err = ensureKV(ctx, js, tenantsBucket(cfg))
+	}
 	return err
 }
 

@@ -63,8 +63,8 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.codeModeExec, "codemode-exec", false, "let code-mode runs call the shell exec tool (toolq:core:exec), when the run's tools name it; off by default")
 	cmd.Flags().BoolVar(&f.builtins, "builtins", false, "also run the diagnostic tools noop and sleep (always on in dev)")
 	cmd.Flags().BoolVar(&f.tenants, "tenants", os.Getenv("TOOLQ_TENANTS") != "",
-		"also serve the tenants' accounts of deploy/nats/tenants.conf (env TOOLQ_TENANTS)")
-	cmd.Flags().Int64Var(&f.tenantQueue, "tenant-queue-limit", 0, "queued jobs one tenant may have per tool (default 10000)")
+		"also serve the registered tenants (toolq tenant register) of a server like deploy/nats/tenants.conf (env TOOLQ_TENANTS)")
+	cmd.Flags().Int64Var(&f.tenantQueue, "tenant-queue-limit", 0, "queued jobs a tenant may have over all tools, unless registered with its own --queue-limit (default 10000)")
 	addMCPFlag(cmd, &f.mcpConfig)
 	f.exec.register(cmd)
 }

@@ -5,12 +5,17 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"text/tabwriter"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"github.com/spf13/cobra"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
 )
 
 func newTenantCmd(g *globals) *cobra.Command {
@@ -18,7 +23,162 @@ func newTenantCmd(g *globals) *cobra.Command {
 		Use:   "tenant",
 		Short: "Manage the tenants of a multi-tenant bus (deploy/nats/tenants.conf)",
 	}
-	cmd.AddCommand(newTenantAddCmd(g))
+	cmd.AddCommand(newTenantAddCmd(g), newTenantRegisterCmd(g), newTenantLsCmd(g), newTenantRmCmd(g))
+	return cmd
+}
+
+// tenantBus connects to the toolq account (as a worker or an operator user
+// of it) for the commands that change which tenants workers serve.
+func (g *globals) tenantBus() (jetstream.JetStream, func(), error) {
+	nc, err := g.connect("toolq tenant")
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return js, nc.Close, nil
+}
+
+func newTenantRegisterCmd(g *globals) *cobra.Command {
+	var limit int64
+	cmd := &cobra.Command{
+		Use:   "register NAME",
+		Short: "Give a tenant its jobs stream and have every worker with --tenants serve it",
+		Long: `register makes tenant NAME's jobs stream in the toolq account and writes
+its record to the tenants bucket; workers started with --tenants follow the
+bucket and serve the tenant within moments. Until then the tenant's submits
+are refused ("no stream takes …"). Run it as a user of the toolq account
+once the server runs with the tenant's account entry (tenant add). Running
+it again changes the tenant's queue limit.`,
+		Example: `  TOOLQ_NATS_USER=worker TOOLQ_NATS_PASSWORD=… toolq tenant register ACME --queue-limit 50000`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if err := validTenantName(name); err != nil {
+				return err
+			}
+			if limit < 0 {
+				return fmt.Errorf("tenant register: --queue-limit %d is negative", limit)
+			}
+			js, done, err := g.tenantBus()
+			if err != nil {
+				return err
+			}
+			defer done()
+			rec := contracts.TenantRecord{Name: name, QueueLimit: limit}
+			if err := bus.AddTenant(cmd.Context(), js, bus.Config{Subjects: g.subjects()}, rec); err != nil {
+				return fmt.Errorf("tenant register: %w", err)
+			}
+			if g.jsonOut {
+				return g.printJSON(map[string]any{"tenant": name, "stream": g.subjects().TenantJobsStream(name), "registered": true})
+			}
+			_, err = fmt.Fprintf(g.stdout, "tenant %s registered: jobs stream %s\n", name, g.subjects().TenantJobsStream(name))
+			return err
+		},
+	}
+	cmd.Flags().Int64Var(&limit, "queue-limit", 0, "queued and running jobs of the tenant over all tools (0: the workers' default, 10000)")
+	return cmd
+}
+
+func newTenantLsCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "ls",
+		Short: "List the registered tenants with their queued jobs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			js, done, err := g.tenantBus()
+			if err != nil {
+				return err
+			}
+			defer done()
+			ctx := cmd.Context()
+			kv, err := js.KeyValue(ctx, g.subjects().TenantsBucket())
+			if errors.Is(err, jetstream.ErrBucketNotFound) {
+				kv = nil
+			} else if err != nil {
+				return fmt.Errorf("tenant ls: %w", err)
+			}
+			type row struct {
+				contracts.TenantRecord
+				Queued uint64 `json:"queued"`
+			}
+			rows := []row{}
+			if kv != nil {
+				keys, err := kv.ListKeys(ctx)
+				if err != nil {
+					return fmt.Errorf("tenant ls: %w", err)
+				}
+				for key := range keys.Keys() {
+					e, err := kv.Get(ctx, key)
+					if err != nil {
+						continue // removed meanwhile
+					}
+					rec, err := bus.DecodeTenant(key, e.Value())
+					if err != nil {
+						g.log.Warn("tenant record refused", "tenant", key, "err", err)
+						continue
+					}
+					r := row{TenantRecord: rec}
+					if st, err := js.Stream(ctx, g.subjects().TenantJobsStream(key)); err == nil {
+						r.Queued = st.CachedInfo().State.Msgs
+					}
+					rows = append(rows, r)
+				}
+			}
+			if g.jsonOut {
+				return g.printJSON(rows)
+			}
+			if len(rows) == 0 {
+				_, err = fmt.Fprintln(g.stdout, "no tenants registered (toolq tenant register NAME)")
+				return err
+			}
+			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TENANT\tQUEUED\tQUEUE LIMIT\tADDED")
+			for _, r := range rows {
+				limit := "default"
+				if r.QueueLimit > 0 {
+					limit = strconv.FormatInt(r.QueueLimit, 10)
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", r.Name, r.Queued, limit, r.Added.Format(time.RFC3339))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func newTenantRmCmd(g *globals) *cobra.Command {
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Stop serving a tenant and delete its jobs stream with every job still queued",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if err := validTenantName(name); err != nil {
+				return err
+			}
+			if !yes {
+				return fmt.Errorf("tenant rm: this deletes %s's queued jobs; say --yes", name)
+			}
+			js, done, err := g.tenantBus()
+			if err != nil {
+				return err
+			}
+			defer done()
+			if err := bus.RemoveTenant(cmd.Context(), js, g.subjects(), name); err != nil {
+				return fmt.Errorf("tenant rm: %w", err)
+			}
+			if g.jsonOut {
+				return g.printJSON(map[string]any{"tenant": name, "removed": true})
+			}
+			_, err = fmt.Fprintf(g.stdout, "tenant %s removed\n", name)
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&yes, "yes", false, "delete the tenant's queued jobs")
 	return cmd
 }
 
@@ -34,7 +194,9 @@ subjects whose tenant token is NAME; the server accepts those imports only
 for an account called NAME, so the entry cannot be edited into reading
 another tenant. The toolq account needs no change.
 
-The tenant's clients log in with the seed and --tenant-account:
+Once the server runs with the entry, register the tenant (tenant register)
+so that workers serve it. The tenant's clients log in with the seed and
+--tenant-account:
   toolq --nkey-seed NAME.nk --tenant-account submit --tool noop --wait`,
 		Example: `  toolq tenant add ACME --out ./secrets >> tenants.d/acme.conf`,
 		Args:    cobra.ExactArgs(1),

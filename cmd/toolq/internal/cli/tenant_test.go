@@ -1,15 +1,20 @@
 package cli
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
+
+	"github.com/toolq/toolq/internal/testutil"
 )
 
 // TestTenantAdd generates a tenant: the seed file belongs to the user in
@@ -73,4 +78,55 @@ func TestTenantAdd(t *testing.T) {
 		code, _, _ = run(t, "tenant", "add", name, "--out", dir)
 		require.NotEqual(t, 0, code, name)
 	}
+}
+
+// TestTenantRegisterLsRm: register makes the tenant's jobs stream and
+// record, ls lists it with its queue, rm removes both (and asks first).
+func TestTenantRegisterLsRm(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartJetStream(t)
+	url := srv.ClientURL()
+	code, out, errOut := run(t, "--nats", url, "--json", "tenant", "ls")
+	require.Equal(t, 0, code, errOut)
+	require.JSONEq(t, `[]`, out)
+	code, _, errOut = run(t, "--nats", url, "tenant", "register", "ACME", "--queue-limit", "2")
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = run(t, "--nats", url, "tenant", "register", "no.dots")
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errOut, "tenant name")
+
+	nc := srv.Connect(t)
+	ctx := testutil.Context(t, 10*time.Second)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	for range 2 {
+		_, err = js.Publish(ctx, "toolq.t.ACME.jobs.noop", []byte(`{}`))
+		require.NoError(t, err)
+	}
+	_, err = js.Publish(ctx, "toolq.t.ACME.jobs.noop", []byte(`{}`))
+	require.Error(t, err, "the queue limit is the stream's")
+
+	code, out, errOut = run(t, "--nats", url, "--json", "tenant", "ls")
+	require.Equal(t, 0, code, errOut)
+	var rows []struct {
+		Name       string `json:"name"`
+		QueueLimit int64  `json:"queueLimit"`
+		Queued     uint64 `json:"queued"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	require.Len(t, rows, 1)
+	require.Equal(t, "ACME", rows[0].Name)
+	require.EqualValues(t, 2, rows[0].QueueLimit)
+	require.EqualValues(t, 2, rows[0].Queued)
+
+	code, _, errOut = run(t, "--nats", url, "tenant", "rm", "ACME")
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errOut, "--yes")
+	code, _, errOut = run(t, "--nats", url, "tenant", "rm", "ACME", "--yes")
+	require.Equal(t, 0, code, errOut)
+	_, err = js.Publish(ctx, "toolq.t.ACME.jobs.noop", []byte(`{}`))
+	require.ErrorIs(t, err, jetstream.ErrNoStreamResponse)
+	code, out, _ = run(t, "--nats", url, "--json", "tenant", "ls")
+	require.Equal(t, 0, code)
+	require.JSONEq(t, `[]`, out)
 }
