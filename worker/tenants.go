@@ -19,7 +19,7 @@ func (w *Worker) startTenants(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: tenants bucket: %w", err)
 	}
-	watch, err := kv.WatchAll(w.runCtx)
+	watch, err := kv.WatchAll(w.runCtx) //nolint:contextcheck // the watch lives until Stop, not until Start's ctx ends
 	if err != nil {
 		return fmt.Errorf("worker: watch tenants: %w", err)
 	}
@@ -37,7 +37,7 @@ func (w *Worker) startTenants(ctx context.Context) error {
 			}
 			if e == nil {
 				w.loops.Add(1)
-				go w.followTenants(watch)
+				go w.followTenants(watch) //nolint:contextcheck // the follow loop lives until Stop and uses the worker's run context
 				return nil
 			}
 			if err := w.tenantChanged(ctx, e); err != nil {
