@@ -94,6 +94,32 @@ func (c *CatalogTool) Validate() error {
 // CatalogKey is the KV key of a catalog id (colons are not allowed in keys).
 func CatalogKey(id string) string { return strings.ReplaceAll(id, ":", ".") }
 
+// TenantCatalogKey is the KV key of a named tenant's client tool:
+// t.<tenant>.<CatalogKey(id)>. A tenant writes it through its import, as
+// the plain CatalogKey; the server puts the tenant in. The default
+// tenant's keys are the plain ones.
+func TenantCatalogKey(tenant, id string) string {
+	if tenant == "" {
+		return CatalogKey(id)
+	}
+	return tenantToken + "." + tenant + "." + CatalogKey(id)
+}
+
+// ParseCatalogKey splits a catalog bucket key into the tenant named by its
+// t.<tenant>. prefix ("" for a plain key: workers' tools, and the default
+// tenant's client tools) and the key of the id. ok is false for a key of
+// no valid shape.
+func ParseCatalogKey(key string) (tenant, idKey string, ok bool) {
+	parts := strings.Split(key, ".")
+	switch {
+	case len(parts) == 3:
+		return "", key, true
+	case len(parts) == 5 && parts[0] == tenantToken && ValidID(parts[1]):
+		return parts[1], strings.Join(parts[2:], "."), true
+	}
+	return "", "", false
+}
+
 // ToolResult is the input of a code_mode.result job: the outcome of one
 // nested call of a code-mode run, sent by the worker that ran it (or by the
 // requester, for a client tool).

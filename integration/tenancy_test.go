@@ -436,6 +436,25 @@ func TestTenancy(t *testing.T) {
 		after, err := cat.Get(ctx, key)
 		require.NoError(t, err)
 		require.Equal(t, before.Revision(), after.Revision())
+
+		// A tenant's client tools land under its own prefix, which only
+		// its own runs read (tools/codemode's catalog).
+		require.NoError(t, b.globexP.RegisterClientTool(ctx, contracts.CatalogTool{ID: "client:app:lookup", Name: "lookup", Description: "GLOBEX's"}))
+		own, err := cat.Get(ctx, contracts.TenantCatalogKey("GLOBEX", "client:app:lookup"))
+		require.NoError(t, err)
+		require.Contains(t, string(own.Value()), "GLOBEX's")
+		_, err = cat.Get(ctx, contracts.CatalogKey("client:app:lookup"))
+		require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "nothing reached the default tenant's keys")
+		// A roll-up through the import would purge every key of an
+		// ordinary bucket: this one refuses roll-ups.
+		msg := nats.NewMsg(contracts.KVSubject(contracts.Subjects{}.CatalogBucket(), "client.app.lookup"))
+		msg.Data = []byte(`{}`)
+		msg.Header.Set(nats.MsgRollup, nats.MsgRollupAll)
+		_, err = gjs.PublishMsg(short(t), msg)
+		require.Error(t, err, "a roll-up put into the catalog")
+		after, err = cat.Get(ctx, key)
+		require.NoError(t, err)
+		require.Equal(t, before.Revision(), after.Revision(), "the workers' entries survive")
 	})
 
 	t.Run("5 message schedules as a side door", func(t *testing.T) {

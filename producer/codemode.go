@@ -89,9 +89,10 @@ func (p *Producer) SubmitToolResult(ctx context.Context, session, runID, callID 
 	return err
 }
 
-// RegisterClientTool puts a client tool in the catalog: code-mode runs can
-// call it, and its calls come back to the requester in the waiting result
-// instead of running on a worker.
+// RegisterClientTool puts a client tool in the catalog: code-mode runs of
+// the producer's tenant can call it, and its calls come back to the
+// requester in the waiting result instead of running on a worker. Runs of
+// other tenants never see it; a tenant holds at most 64 client tools.
 func (p *Producer) RegisterClientTool(ctx context.Context, t contracts.CatalogTool) error {
 	t.Source, t.Tool = contracts.SourceClient, ""
 	t.UpdatedAt = time.Now().UTC()
@@ -100,13 +101,21 @@ func (p *Producer) RegisterClientTool(ctx context.Context, t contracts.CatalogTo
 	}
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
-	kv, err := p.js.KeyValue(ctx, p.cfg.Subjects.CatalogBucket())
-	if err != nil {
-		return fmt.Errorf("producer: catalog: %w", err)
-	}
 	data, err := json.Marshal(t)
 	if err != nil {
 		return err
+	}
+	if p.cfg.TenantAccount {
+		// Through the tenant's import: the server files the entry under
+		// t.<tenant>., where only the tenant's own runs see it.
+		if _, err := p.js.Publish(ctx, contracts.KVSubject(p.cfg.Subjects.CatalogBucket(), contracts.CatalogKey(t.ID)), data); err != nil {
+			return fmt.Errorf("producer: register %s: %w", t.ID, err)
+		}
+		return nil
+	}
+	kv, err := p.js.KeyValue(ctx, p.cfg.Subjects.CatalogBucket())
+	if err != nil {
+		return fmt.Errorf("producer: catalog: %w", err)
 	}
 	if _, err := kv.Put(ctx, contracts.CatalogKey(t.ID), data); err != nil {
 		return fmt.Errorf("producer: register %s: %w", t.ID, err)

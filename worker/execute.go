@@ -31,6 +31,10 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		return
 	}
 	attempt := int(md.NumDelivered) //nolint:gosec // G115: at most the consumer's MaxDeliver, an int
+	if msg.Headers().Get(headerScheduler) != "" {
+		w.refuseFired(t, msg, attempt)
+		return
+	}
 	job, err := contracts.DecodeJob(msg.Data())
 	if err == nil {
 		// The tenant comes from the subject, never from the body.
@@ -197,6 +201,10 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		_ = msg.NakWithDelay(delay)
 	}
 }
+
+// headerScheduler is the header the server puts on a message it stored
+// because a message schedule fired.
+const headerScheduler = "Nats-Scheduler"
 
 // checkMsgID refuses a job message whose Nats-Msg-Id is not the job's
 // dedup id: JetStream deduplicates by the header, so a copy of a job under

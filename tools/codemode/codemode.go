@@ -61,7 +61,7 @@ func Register(w *worker.Worker, nc *nats.Conn, cfg *Config) (*CodeMode, error) {
 	}
 	cm := &CodeMode{
 		w: w, nc: nc, js: js, cfg: c, log: c.Logger.With(slog.String("worker", w.Name())),
-		catalog: &catalog{entries: map[string]contracts.CatalogTool{}, log: c.Logger},
+		catalog: &catalog{entries: map[string]catalogEntry{}, clients: map[string]int{}, log: c.Logger},
 	}
 	cm.life = lifecycle.New(&lifecycle.Config{Start: cm.start, Stop: cm.stop, ErrStarted: errors.New("codemode: already started")})
 	long := c.MaxSnapshotTTL + time.Minute

@@ -114,7 +114,7 @@ func (c *CodeMode) handleExec(ctx context.Context, job *contracts.Job) (json.Raw
 		return nil, err
 	}
 
-	rc := c.catalog.forRun(c.cfg.Allow, c.cfg.Deny, in.Tools, c.cfg.ShellExec)
+	rc := c.catalog.forRun(job.Tenant, c.cfg.Allow, c.cfg.Deny, in.Tools, c.cfg.ShellExec)
 	out, err := c.cfg.Engine.Exec(ctx, &sandbox.ExecRequest{
 		Input:   sandbox.Input{Code: in.Code, Command: in.Command, Language: in.Language},
 		Catalog: rc.tools, Bridge: &bridge{refs: rc.refs, restartSafe: in.RestartSafe},

@@ -186,13 +186,11 @@ func (c *CodeMode) replay(ctx context.Context, rec *record) (*sandbox.Outcome, e
 		answers[r.CallID] = r
 	}
 	tools := make([]sandbox.Tool, 0, len(rec.Catalog))
-	c.catalog.mu.RLock()
 	for id := range rec.Catalog {
-		if t, ok := c.catalog.entries[id]; ok {
+		if t, ok := c.catalog.lookup("", id); ok {
 			tools = append(tools, toSandbox(t))
 		}
 	}
-	c.catalog.mu.RUnlock()
 	out, err := c.cfg.Engine.Exec(ctx, &sandbox.ExecRequest{
 		Input:   sandbox.Input{Code: rec.Code, Language: rec.Language},
 		Catalog: tools, Limits: rec.Limits, RunID: rec.RunID, Session: rec.Session, Step: rec.Waits + 1,
