@@ -114,8 +114,15 @@ func setupB(b *testing.B) *bundle {
 // worker's extensions: the worker starts and stops them.
 func (b *bundle) startWorker(t *testing.T, name string, cfg *codemode.Config, register func(w *worker.Worker)) *worker.Worker {
 	t.Helper()
+	return b.startWorkerWith(t, &worker.Config{Name: name}, cfg, register)
+}
+
+// startWorkerWith is startWorker with the worker's own configuration (its
+// Name, Tenants; the rest is the tests' usual).
+func (b *bundle) startWorkerWith(t *testing.T, wc *worker.Config, cfg *codemode.Config, register func(w *worker.Worker)) *worker.Worker {
+	t.Helper()
 	nc := b.srv.Connect(t)
-	w, err := worker.New(nc, &worker.Config{Name: name, Logger: quiet, StopTimeout: time.Second, Builtins: true})
+	w, err := worker.New(nc, &worker.Config{Name: wc.Name, Tenants: wc.Tenants, Logger: quiet, StopTimeout: time.Second, Builtins: true})
 	require.NoError(t, err)
 	var c codemode.Config
 	if cfg != nil {

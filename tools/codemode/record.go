@@ -112,6 +112,15 @@ func (l *lease) heldBy(other string, now time.Time) bool {
 	return l != nil && l.Owner != other && now.Before(l.Until)
 }
 
+// belongsTo reports whether r is the record of the run that its key names:
+// a record names only its own run, and a snapshot object only under its own
+// key (putSnapshot's name), so no record can lead a resume or a clean-up
+// to another tenant's or session's snapshot.
+func (r *record) belongsTo(tenant, session, runID string) bool {
+	return r.Session == session && r.RunID == runID && (r.Tenant == "" || r.Tenant == tenant) &&
+		(r.SnapshotObject == "" || r.SnapshotObject == runKey(tenant, session, runID))
+}
+
 func (r *record) ended() bool { return r.Status == runCompleted || r.Status == runFailed }
 
 func (r *record) pending(callID string) *pendingCall {
@@ -209,7 +218,7 @@ func (s *store) load(ctx context.Context, tenant, session, runID string) (*recor
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		return nil, 0, fmt.Errorf("codemode: run record %s: %w", runID, err)
 	}
-	if r.Session != session || r.RunID != runID || (r.Tenant != "" && r.Tenant != tenant) {
+	if !r.belongsTo(tenant, session, runID) {
 		return nil, 0, fmt.Errorf("codemode: run record %s: it names another run", runID)
 	}
 	r.Tenant = tenant

@@ -54,7 +54,7 @@ func (c *CodeMode) sweepOnce(ctx context.Context) {
 			continue
 		}
 		var rec record
-		if json.Unmarshal(e.Value(), &rec) != nil || rec.Session != session || rec.RunID != runID || (rec.Tenant != "" && rec.Tenant != tenant) {
+		if json.Unmarshal(e.Value(), &rec) != nil || !rec.belongsTo(tenant, session, runID) {
 			continue
 		}
 		rec.Tenant = tenant // the key's, as load does
