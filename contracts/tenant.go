@@ -79,6 +79,33 @@ func (s Subjects) TenantEvents() string { return s.tenant("*") + ".events.>" }
 // <prefix>.t.*.cancel.*.
 func (s Subjects) TenantCancels() string { return s.tenant("*") + ".cancel.*" }
 
+// Replay is the subject a tenant's client asks on for the stored events of
+// one session, <prefix>.replay.<session>: tenants have no JetStream of
+// their own, so workers answer, each event as one message to the reply
+// subject, then an empty message with the ReplayEndHeader.
+func (s Subjects) Replay(session string) string { return s.p() + ".replay." + session }
+
+// TenantReplays is the wildcard of every named tenant's replay requests in
+// the toolq account: <prefix>.t.*.replay.*.
+func (s Subjects) TenantReplays() string { return s.tenant("*") + ".replay.*" }
+
+// Headers of a replay's last message.
+const (
+	// ReplayEndHeader ends a replay; its value is the number of events sent.
+	ReplayEndHeader = "Toolq-Replay-End"
+	// ReplayTruncatedHeader is set on the end when more events were stored
+	// than one replay sends.
+	ReplayTruncatedHeader = "Toolq-Replay-Truncated"
+	// ReplayErrorHeader carries the reason a replay was refused or cut.
+	ReplayErrorHeader = "Toolq-Replay-Error"
+)
+
+// ReplayRequest is the optional body of a replay request.
+type ReplayRequest struct {
+	// JobID narrows the replay to one job's events.
+	JobID string `json:"jobId,omitempty"`
+}
+
 // TenantOf returns the tenant of a subject in the toolq account: the token
 // after <prefix>.t., or "" (the default tenant) for a plain subject. It
 // returns ok false for a subject of a tenant whose name is not a valid id.

@@ -312,6 +312,61 @@ func TestTenancy(t *testing.T) {
 		require.Error(t, err)
 	})
 
+	t.Run("1b a tenant replays its own session's events, never another tenant's", func(t *testing.T) {
+		victim := b.victimJob(t, "acme-replay")
+		ctx := testutil.Context(t, 20*time.Second)
+		collect := func(p *producer.Producer, opts *producer.ReadOpts) []*contracts.Event {
+			t.Helper()
+			var evs []*contracts.Event
+			require.NoError(t, p.ReadEvents(ctx, victim.Session, opts, func(ev *contracts.Event) error {
+				evs = append(evs, ev)
+				return nil
+			}))
+			return evs
+		}
+		mine := collect(b.acmeP, &producer.ReadOpts{JobID: victim.ID})
+		require.Len(t, mine, 1)
+		require.Equal(t, contracts.StatusCompleted, mine[0].Data.Status)
+		require.Contains(t, string(mine[0].Data.Result), secret)
+		require.NotEmpty(t, collect(b.acmeP, nil), "the whole session")
+		// The same session name from GLOBEX: its own events only.
+		for _, ev := range collect(b.globexP, nil) {
+			require.NotEqual(t, victim.ID, ev.Data.JobID)
+			require.NotContains(t, string(ev.Data.Result), secret)
+		}
+		require.Empty(t, collect(b.globexP, &producer.ReadOpts{JobID: victim.ID}))
+		// A request that names another tenant's replay subject stays in the
+		// attacker's own subspace (or is refused).
+		resp, err := b.globex.Request("toolq.t.ACME.replay."+victim.Session, nil, 500*time.Millisecond)
+		refused(t, "replay of ACME's subject", resp, err, victim.ID)
+
+		// Following: the stored events, then a new job's as it ends.
+		fctx, stop := context.WithCancel(ctx)
+		defer stop()
+		got := make(chan *contracts.Event, 64)
+		done := make(chan error, 1)
+		go func() {
+			done <- b.acmeP.ReadEvents(fctx, victim.Session, &producer.ReadOpts{Follow: true}, func(ev *contracts.Event) error {
+				got <- ev
+				return nil
+			})
+		}()
+		for ev := range got { // the stored events come first, the victim's among them
+			if ev.Data.JobID == victim.ID {
+				break
+			}
+		}
+		next, err := b.acmeP.Submit(ctx, worker.ToolNoop, json.RawMessage(`{"n":2}`), &producer.SubmitOpts{Session: victim.Session})
+		require.NoError(t, err)
+		for ev := range got {
+			if ev.Data.JobID == next.ID && ev.Data.Status.Terminal() {
+				break
+			}
+		}
+		stop()
+		require.ErrorIs(t, <-done, context.Canceled)
+	})
+
 	t.Run("KV records and object-store snapshots of another tenant", func(t *testing.T) {
 		ctx := testutil.Context(t, 20*time.Second)
 		s := contracts.Subjects{}

@@ -2,9 +2,12 @@ package producer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolq/toolq/contracts"
@@ -20,23 +23,27 @@ type ReadOpts struct {
 }
 
 // ReadEvents calls fn with every stored event of session, oldest first, and
-// with new ones as they arrive when opts.Follow is set.
+// with new ones as they arrive when opts.Follow is set. On a tenant account
+// (Config.TenantAccount) a worker serving tenants replays the stored
+// events, at most 10,000 of them.
 func (p *Producer) ReadEvents(ctx context.Context, session string, opts *ReadOpts, fn func(*contracts.Event) error) error {
 	if err := contracts.ValidateID("session", session); err != nil {
 		return err
-	}
-	if p.cfg.TenantAccount {
-		return errors.New("producer: reading events is not available on a tenant account; use Await")
 	}
 	var o ReadOpts
 	if opts != nil {
 		o = *opts
 	}
-	filter := p.cfg.Subjects.SessionEvents(session)
 	if o.JobID != "" {
 		if err := contracts.ValidateID("job id", o.JobID); err != nil {
 			return err
 		}
+	}
+	if p.cfg.TenantAccount {
+		return p.readImported(ctx, session, o, fn)
+	}
+	filter := p.cfg.Subjects.SessionEvents(session)
+	if o.JobID != "" {
 		filter = p.cfg.Subjects.Event(session, o.JobID)
 	}
 	// Setting up can fail for a moment (a cluster electing a leader, a
@@ -93,6 +100,108 @@ func (p *Producer) ReadEvents(ctx context.Context, session string, opts *ReadOpt
 			if err == nil && md.NumPending == 0 {
 				return nil
 			}
+		}
+	}
+}
+
+// replayBuffer is how many live events a following tenant read holds while
+// its replay is still coming in.
+const replayBuffer = 4096
+
+// readImported is ReadEvents on a tenant account, which has no JetStream:
+// a worker serving tenants replays the stored events (ask on
+// <prefix>.replay.<session>, answered as a stream of messages), and, when
+// following, the live events come by a plain subscription to the imported
+// event subjects, opened before the replay so that nothing falls between
+// the two; an event that came both ways is passed once.
+func (p *Producer) readImported(ctx context.Context, session string, o ReadOpts, fn func(*contracts.Event) error) error {
+	subject := p.cfg.Subjects.SessionEvents(session)
+	if o.JobID != "" {
+		subject = p.cfg.Subjects.Event(session, o.JobID)
+	}
+	var live chan *nats.Msg
+	if o.Follow {
+		live = make(chan *nats.Msg, replayBuffer)
+		sub, err := p.nc.ChanSubscribe(subject, live)
+		if err != nil {
+			return fmt.Errorf("producer: follow events: %w", err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+	}
+	seen := map[string]bool{}
+	deliver := func(data []byte) error {
+		ev, err := contracts.DecodeEvent(data)
+		if err != nil || seen[ev.ID] {
+			return nil
+		}
+		if o.Follow {
+			seen[ev.ID] = true
+		}
+		return fn(ev)
+	}
+	err := p.replay(ctx, session, o.JobID, deliver)
+	if errors.Is(err, ErrStop) {
+		return nil
+	}
+	if err != nil || !o.Follow {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case m := <-live:
+			if err := deliver(m.Data); err != nil {
+				if errors.Is(err, ErrStop) {
+					return nil
+				}
+				return err
+			}
+		}
+	}
+}
+
+// replay asks a worker for the session's stored events and passes each to
+// deliver until the end message.
+func (p *Producer) replay(ctx context.Context, session, jobID string, deliver func([]byte) error) error {
+	inbox := p.nc.NewRespInbox()
+	msgs := make(chan *nats.Msg, 256)
+	sub, err := p.nc.ChanSubscribe(inbox, msgs)
+	if err != nil {
+		return fmt.Errorf("producer: replay events: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	var body []byte
+	if jobID != "" {
+		body, _ = json.Marshal(contracts.ReplayRequest{JobID: jobID})
+	}
+	req := nats.NewMsg(p.cfg.Subjects.Replay(session))
+	req.Reply, req.Data = inbox, body
+	if err := p.nc.PublishMsg(req); err != nil {
+		return fmt.Errorf("producer: replay events: %w", err)
+	}
+	idle := time.NewTimer(p.cfg.Timeout)
+	defer idle.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-idle.C:
+			return fmt.Errorf("producer: replay events of %s: no answer within %s (is a worker serving tenants running?)", session, p.cfg.Timeout)
+		case m := <-msgs:
+			if m.Header.Get(contracts.ReplayEndHeader) != "" {
+				if reason := m.Header.Get(contracts.ReplayErrorHeader); reason != "" {
+					return fmt.Errorf("producer: replay events of %s: %s", session, reason)
+				}
+				return nil
+			}
+			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+				return fmt.Errorf("producer: replay events of %s: no worker serves tenants' replays", session)
+			}
+			if err := deliver(m.Data); err != nil {
+				return err
+			}
+			idle.Reset(p.cfg.Timeout)
 		}
 	}
 }

@@ -60,10 +60,12 @@ type Worker struct {
 	inflight    map[string]*inflight // by job id
 	cancels     *cancelMemory        // recently cancelled job ids
 
-	events  *bus.Events
-	jobs    jetstream.Stream
-	subs    []*nats.Subscription
-	watcher jetstream.KeyWatcher
+	events *bus.Events
+	jobs   jetstream.Stream
+	subs   []*nats.Subscription
+	// replaySlots bounds the tenants' event replays running at once.
+	replaySlots chan struct{}
+	watcher     jetstream.KeyWatcher
 	// cancelsKV answers isCancelled when memory had to forget cancels.
 	cancelsKV jetstream.KeyValue
 	feed      chan cancelNote // to the cancel hooks; nil without hooks
@@ -268,6 +270,10 @@ func (w *Worker) startConsuming(ctx context.Context) error {
 			return fmt.Errorf("worker: subscribe tenant cancels: %w", err)
 		}
 		w.subs = append(w.subs, sub)
+		if err := w.startReplays(); err != nil {
+			w.abortStart()
+			return err
+		}
 	}
 	adv := w.cfg.Subjects.MaxDeliveriesAdvisories(w.cfg.Subjects.JobsStream())
 	if w.cfg.Tenants {

@@ -264,6 +264,7 @@ func tenantAccount(s contracts.Subjects, tenant, userKey string) string {
 		{root + ".cancel.*", s.Cancels()},
 		{cancels + tenant + ".*", cancels + "*"},
 		{catalog + "t." + tenant + ".client.>", catalog + "client.>"},
+		{root + ".replay.*", s.Replay("*")},
 		{direct + root + ".events.>", direct + s.Events()},
 	}
 	fmt.Fprintf(&b, "  # tenant %s\n  %s {\n    users = [\n", tenant, tenant)

@@ -1,0 +1,162 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/contracts"
+)
+
+// Replays. A named tenant has no JetStream of its own (its account imports
+// only its own subspace), so it cannot create the consumer that replays a
+// session's stored events. It asks instead on <prefix>.replay.<session>,
+// which its import maps to <prefix>.t.<tenant>.replay.<session>; a worker
+// serving tenants reads the tenant from that subject (never from the
+// body), replays that tenant's session only, and answers with a stream of
+// messages to the reply subject.
+const (
+	// maxReplayEvents bounds one replay; the end says when more were stored.
+	maxReplayEvents = 10_000
+	// maxReplays is how many replays one worker runs at once; a request
+	// past it is answered at once with a busy error.
+	maxReplays = 8
+	// replayQueue is the queue group of the replay subscriptions, so one
+	// worker answers each request.
+	replayQueue = "toolq_replay"
+)
+
+// startReplays subscribes to every named tenant's replay requests.
+func (w *Worker) startReplays() error {
+	w.replaySlots = make(chan struct{}, maxReplays)
+	sub, err := w.nc.QueueSubscribe(w.cfg.Subjects.TenantReplays(), replayQueue, w.onReplay)
+	if err != nil {
+		return fmt.Errorf("worker: subscribe replays: %w", err)
+	}
+	w.subs = append(w.subs, sub)
+	return nil
+}
+
+// onReplay hands a replay request to a goroutine of its own, when a slot
+// is free.
+func (w *Worker) onReplay(m *nats.Msg) {
+	if m.Reply == "" {
+		return
+	}
+	select {
+	case w.replaySlots <- struct{}{}:
+	default:
+		replayRefused(m, "busy: too many replays on this worker; ask again")
+		return
+	}
+	w.loops.Add(1)
+	go func() {
+		defer w.loops.Done()
+		defer func() { <-w.replaySlots }()
+		w.replay(m)
+	}()
+}
+
+// replay answers one request: the stored events of the subject's tenant
+// and session (or one job of it), oldest first, then the end.
+func (w *Worker) replay(m *nats.Msg) {
+	tenant, ok := w.cfg.Subjects.TenantOf(m.Subject)
+	session := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	if !ok || tenant == "" || !contracts.ValidID(session) {
+		replayRefused(m, "invalid_input: replay subject names no tenant and session")
+		return
+	}
+	var req contracts.ReplayRequest
+	if len(m.Data) > 0 {
+		if err := json.Unmarshal(m.Data, &req); err != nil {
+			replayRefused(m, "invalid_input: replay request is not JSON")
+			return
+		}
+	}
+	filter := w.cfg.Subjects.TenantEvent(tenant, session, "*")
+	if req.JobID != "" {
+		if !contracts.ValidID(req.JobID) {
+			replayRefused(m, "invalid_input: replay jobId is not a valid id")
+			return
+		}
+		filter = w.cfg.Subjects.TenantEvent(tenant, session, req.JobID)
+	}
+	ctx, cancel := context.WithTimeout(w.runCtx, time.Minute)
+	defer cancel()
+	sent, more, err := w.sendReplay(ctx, m.Reply, filter)
+	log := w.log.With(slog.String("tenant", tenant), slog.String("session", session))
+	if err != nil {
+		log.Warn("replay cut short", slog.Int("sent", sent), slog.Any("err", err))
+		replayRefused(m, "internal_error: replay cut short after "+strconv.Itoa(sent)+" events")
+		return
+	}
+	end := nats.NewMsg(m.Reply)
+	end.Header.Set(contracts.ReplayEndHeader, strconv.Itoa(sent))
+	if more {
+		end.Header.Set(contracts.ReplayTruncatedHeader, "true")
+	}
+	if err := w.nc.PublishMsg(end); err != nil {
+		log.Warn("replay end not sent", slog.Any("err", err))
+	}
+}
+
+// sendReplay publishes the stored events on filter to reply, at most
+// maxReplayEvents of them; more says some were left.
+func (w *Worker) sendReplay(ctx context.Context, reply, filter string) (sent int, more bool, err error) {
+	cons, err := w.js.OrderedConsumer(ctx, w.cfg.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	pending := info.NumPending
+	for pending > 0 && sent < maxReplayEvents {
+		batch, err := cons.Fetch(min(int(pending), maxReplayEvents-sent, 256), jetstream.FetchContext(ctx)) //nolint:gosec // G115: bounded by maxReplayEvents
+		if err != nil {
+			return sent, false, err
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			if err := w.nc.Publish(reply, msg.Data()); err != nil {
+				return sent, false, err
+			}
+			sent++
+			if md, err := msg.Metadata(); err == nil {
+				pending = md.NumPending
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return sent, false, err
+		}
+		if n == 0 {
+			break
+		}
+	}
+	// Flush so the end cannot overtake the events on the way out.
+	if err := w.nc.FlushWithContext(ctx); err != nil {
+		return sent, false, err
+	}
+	return sent, pending > 0, nil
+}
+
+// replayRefused answers a replay request with an error and no events.
+func replayRefused(m *nats.Msg, reason string) {
+	end := nats.NewMsg(m.Reply)
+	end.Header.Set(contracts.ReplayEndHeader, "0")
+	end.Header.Set(contracts.ReplayErrorHeader, reason)
+	_ = m.RespondMsg(end)
+}
