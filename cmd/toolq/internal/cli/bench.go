@@ -24,11 +24,14 @@ func newBenchCmd(g *globals) *cobra.Command {
 		Long: `bench starts an embedded nats-server and a worker in this process and measures
 noop jobs end to end (submit -> worker -> completion event received by the
 requester): throughput with many submitters, and p50/p99 latency at low rate.
-It prints one "bench.<name> <value> <unit>" line per figure. With --anchors
+It prints one "bench.<name> <value> <unit>" line per figure on stdout, and
+its phases on stderr as they begin. With --anchors
 FILE (a summary of baseline figures measured beside it, "anchor.<name> <value> <unit>"
 lines) it also prints toolq's figures as ratios of the anchors.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The phases on stderr as they begin; stdout keeps the figures.
+			cfg.Phase = func(phase string) { fmt.Fprintf(g.stderr, "bench: %s\n", phase) }
 			figs, err := bench.Run(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -42,6 +45,7 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 				// The same run again with the worker serving tenants.
 				on := cfg
 				on.Tenants = true
+				fmt.Fprintln(g.stderr, "bench: again, with the worker serving tenants")
 				tfigs, err := bench.Run(cmd.Context(), on)
 				if err != nil {
 					return err
