@@ -106,7 +106,7 @@ func newExecCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if status == "failed" {
-				return fmt.Errorf("run %s failed", job.ID)
+				return runFailed(job.ID, res)
 			}
 			return nil
 		},
@@ -120,6 +120,17 @@ func newExecCmd(g *globals) *cobra.Command {
 	f.BoolVar(&restartSafe, "restart-safe", false, "refuse tools with side effects")
 	f.BoolVar(&wait, "wait", false, "keep waiting until the run completes or fails, and print that result; its progress (calls waited on, resumes, approvals) goes to stderr")
 	return cmd
+}
+
+// runFailed is the error of a failed run: the result's code (guest_error
+// when the guest's own code failed) and its error text.
+func runFailed(runID string, raw json.RawMessage) error {
+	var res contracts.CodeModeResult
+	_ = json.Unmarshal(raw, &res)
+	res.Status = contracts.CodeModeFailed
+	var ce *contracts.Error
+	_ = errors.As(res.Err(), &ce)
+	return endedErr("run", runID, contracts.StatusFailed, ce)
 }
 
 // waitRun follows run job until it completes or fails, telling prog each
@@ -213,7 +224,7 @@ func newWaitCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if status == "failed" {
-				return fmt.Errorf("run %s failed", args[0])
+				return runFailed(args[0], res)
 			}
 			return nil
 		},

@@ -44,7 +44,7 @@ func (r *runProgress) stop() {
 func (r *runProgress) say(format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	fmt.Fprintf(r.g.stderr, format+"\n", args...)
+	r.g.tell(format, args...)
 }
 
 // show tells what a CodeModeResult of the run says: a resume since the last
