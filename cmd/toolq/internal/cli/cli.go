@@ -188,6 +188,15 @@ func envOr(key, def string) string {
 	return def
 }
 
+// logger is the command's logger (a discarding one before the flags are
+// read).
+func (g *globals) logger() *slog.Logger {
+	if g.log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return g.log
+}
+
 func (g *globals) subjects() contracts.Subjects { return contracts.Subjects{Prefix: g.prefix} }
 
 func (g *globals) connect(name string) (*nats.Conn, error) {
@@ -195,7 +204,17 @@ func (g *globals) connect(name string) (*nats.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := append([]nats.Option{nats.Name(name), nats.Timeout(5 * time.Second), nats.MaxReconnects(-1)}, auth...)
+	opts := append([]nats.Option{
+		nats.Name(name), nats.Timeout(5 * time.Second), nats.MaxReconnects(-1),
+		// nats.go's default prints asynchronous errors on stderr by itself.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			attrs := []any{slog.Any("err", err)}
+			if sub != nil {
+				attrs = append(attrs, slog.String("subject", sub.Subject))
+			}
+			g.logger().Warn("nats: asynchronous error", attrs...)
+		}),
+	}, auth...)
 	nc, err := nats.Connect(g.natsURL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", redactURL(g.natsURL), err)

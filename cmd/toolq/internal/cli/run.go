@@ -282,7 +282,7 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 			if err := os.MkdirAll(dataDir, 0o750); err != nil {
 				return fmt.Errorf("data dir: %w", err)
 			}
-			srv, err := embedded.Start(&embedded.Config{Listen: listen, StoreDir: dataDir, Logs: logs})
+			srv, err := embedded.Start(&embedded.Config{Listen: listen, StoreDir: dataDir, Logs: logs, Logger: g.log})
 			if err != nil {
 				return err
 			}
