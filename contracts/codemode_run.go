@@ -204,15 +204,16 @@ func (r CodeModeResult) MarshalJSON() ([]byte, error) {
 }
 
 // Err returns nil unless the run failed, and then the failure as an *Error
-// with the result's code (internal_error when it has none) and message, so
-// errors.Is(r.Err(), ErrTimeout) works.
+// with the result's code and message, so errors.Is(r.Err(), ErrTimeout)
+// works. A failed result without a code is the guest's own failure (a
+// throw, as the code-mode contract leaves it): guest_error.
 func (r *CodeModeResult) Err() error {
 	if r.Status != CodeModeFailed {
 		return nil
 	}
 	code := r.Code
 	if code == "" {
-		code = CodeInternalError
+		code = CodeGuestError
 	}
 	return &Error{Code: code, Message: r.Error}
 }

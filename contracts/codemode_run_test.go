@@ -17,7 +17,7 @@ func TestCodeModeResultErr(t *testing.T) {
 	err := (&contracts.CodeModeResult{Status: contracts.CodeModeFailed, Code: contracts.CodeTimeout, Error: "slow"}).Err()
 	require.ErrorIs(t, err, contracts.ErrTimeout)
 	require.EqualError(t, err, "timeout: slow")
-	require.ErrorIs(t, (&contracts.CodeModeResult{Status: contracts.CodeModeFailed}).Err(), contracts.ErrInternal)
+	require.ErrorIs(t, (&contracts.CodeModeResult{Status: contracts.CodeModeFailed}).Err(), contracts.ErrGuestError)
 }
 
 func TestCodeModeExecInputValidate(t *testing.T) {

@@ -24,13 +24,19 @@ const (
 	CodeProviderError         ErrorCode = "provider_error"
 	CodeMissingCredentials    ErrorCode = "missing_credentials"
 	CodeDenied                ErrorCode = "denied"
+	// CodeGuestError is a code-mode run whose own code failed: it threw,
+	// returned a value JSON cannot hold, or awaited a promise nothing
+	// settles. The code-mode contract leaves such a result without a code;
+	// the job's error carries this one, so a requester can tell the
+	// guest's failure from toolq's (internal_error).
+	CodeGuestError ErrorCode = "guest_error"
 )
 
 // ErrorCodes lists every code, in the order of the design document.
 var ErrorCodes = []ErrorCode{
 	CodeInvalidInput, CodeRuntimeUnavailable, CodeTimeout, CodeOutputLimitExceeded,
 	CodeSnapshotLimitExceeded, CodeInternalError, CodeCancelled, CodeProviderUnavailable,
-	CodeProviderError, CodeMissingCredentials, CodeDenied,
+	CodeProviderError, CodeMissingCredentials, CodeDenied, CodeGuestError,
 }
 
 // Valid reports whether c is one of the known codes.
@@ -91,6 +97,7 @@ var (
 	ErrProviderError         = &Error{Code: CodeProviderError}
 	ErrMissingCredentials    = &Error{Code: CodeMissingCredentials}
 	ErrDenied                = &Error{Code: CodeDenied}
+	ErrGuestError            = &Error{Code: CodeGuestError}
 )
 
 // AsError converts any error into an *Error: an *Error anywhere in the chain

@@ -25,6 +25,7 @@ var sentinels = map[contracts.ErrorCode]*contracts.Error{
 	contracts.CodeProviderError:         contracts.ErrProviderError,
 	contracts.CodeMissingCredentials:    contracts.ErrMissingCredentials,
 	contracts.CodeDenied:                contracts.ErrDenied,
+	contracts.CodeGuestError:            contracts.ErrGuestError,
 }
 
 func TestErrorCodes(t *testing.T) {

@@ -28,7 +28,10 @@
 // dynamic import and module-loader forms with invalid_input, and runs the
 // code as the body of an async function: top-level await and return work.
 // The run ends completed (the returned value, as JSON), failed (error and,
-// for host-side causes, one of the contract's codes) or waiting.
+// for host-side causes, one of the contract's codes) or waiting. A thrown
+// error is reported with its stack, its frames at the guest's lines and
+// columns (code.js:L:C, or code.ts:L:C through esbuild's source map); a
+// syntax error with "line L, column C".
 //
 // # Guest runtime
 //

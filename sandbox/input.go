@@ -3,6 +3,7 @@ package sandbox
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -56,8 +57,9 @@ func refusal(what string) error {
 }
 
 // checkLoaders parses script (JavaScript, already wrapped) and refuses any
-// module-loading form. Syntax errors are invalid_input too.
-func checkLoaders(script string) error {
+// module-loading form. Syntax errors are invalid_input too, at the guest's
+// line and column (pos).
+func checkLoaders(script string, pos *positions) error {
 	names := newLoaderNames()
 	first := api.Transform(script, api.TransformOptions{
 		Loader:    api.LoaderJS,
@@ -67,7 +69,7 @@ func checkLoaders(script string) error {
 		LogLevel:  api.LogLevelSilent,
 	})
 	if len(first.Errors) > 0 {
-		return syntaxError(first.Errors[0])
+		return syntaxError("SyntaxError", first.Errors[0], pos.script)
 	}
 	for _, w := range first.Warnings {
 		if w.ID == "empty-import-meta" {
@@ -88,7 +90,7 @@ func checkLoaders(script string) error {
 		LogLevel: api.LogLevelSilent,
 	})
 	if len(second.Errors) > 0 {
-		return syntaxError(second.Errors[0])
+		return syntaxError("SyntaxError", second.Errors[0], pos.script)
 	}
 	out := string(second.Code)
 	switch {
@@ -102,21 +104,31 @@ func checkLoaders(script string) error {
 	return nil
 }
 
-// syntaxError reports a parse error; an import or export statement (which
-// a function body cannot hold) is named as the refusal it is.
-func syntaxError(m api.Message) error {
+// syntaxError reports a parse error at the guest's line and column (where
+// maps esbuild's 1-based line and 1-based column), with the text of the
+// line; an import or export statement (which a function body cannot hold)
+// is named as the refusal it is.
+func syntaxError(kind string, m api.Message, where func(line, col int) (gline, gcol int, end, ok bool)) error {
 	msg := m.Text
 	if m.Location != nil {
-		line := strings.TrimSpace(m.Location.LineText)
-		msg = line + ": " + msg
+		text := strings.TrimSpace(m.Location.LineText)
 		for _, kw := range []string{"import", "export"} {
-			if rest, ok := strings.CutPrefix(line, kw); ok && (rest == "" || !isIdentPart(rest[0])) {
+			if rest, ok := strings.CutPrefix(text, kw); ok && (rest == "" || !isIdentPart(rest[0])) {
 				return contracts.Errorf(contracts.CodeInvalidInput,
-					"code mode refuses %s statements: tools are reached through the tools, MCP and API globals (%s)", kw, clipText(msg, 200))
+					"code mode refuses %s statements: tools are reached through the tools, MCP and API globals (%s)", kw, clipText(text+": "+msg, 200))
 			}
 		}
+		col := utf8.RuneCountInString(m.Location.LineText[:min(max(m.Location.Column, 0), len(m.Location.LineText))]) + 1
+		line, col, end, ok := where(m.Location.Line, col)
+		switch {
+		case ok && end:
+			// The wrapper's closing brace is not the guest's: say what it is.
+			msg = fmt.Sprintf("line %d, column %d (the end of the code): %s", line, col, strings.ReplaceAll(msg, `"}"`, "the end of the code"))
+		case ok:
+			msg = fmt.Sprintf("line %d, column %d: %s (%s)", line, col, msg, clipText(text, 200))
+		}
 	}
-	return contracts.Errorf(contracts.CodeInvalidInput, "SyntaxError: %s", clipText(msg, 1000))
+	return contracts.Errorf(contracts.CodeInvalidInput, "%s: %s", kind, clipText(msg, 1000))
 }
 
 func isIdentPart(c byte) bool {
@@ -131,34 +143,39 @@ const (
 )
 
 // prepare validates the input and returns the script whose completion value
-// is the run's async function.
-func prepare(in Input) (string, error) {
+// is the run's async function, and the map of its positions back to the
+// guest's code.
+func prepare(in Input) (string, *positions, error) {
 	src, lang, err := in.Validate()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	script := wrapPrefix + src + wrapSuffix
+	pos := newPositions(src, false, "")
 	if lang == LanguageTypeScript {
 		res := api.Transform(script, api.TransformOptions{
 			Loader:     api.LoaderTS,
 			Target:     api.ESNext,
-			Sourcefile: "exec.ts",
+			Sourcefile: guestTS,
+			Sourcemap:  api.SourceMapExternal,
 			LogLevel:   api.LogLevelSilent,
 		})
 		if len(res.Errors) > 0 {
-			e := res.Errors[0]
-			msg := e.Text
-			if e.Location != nil {
-				msg = strings.TrimSpace(e.Location.LineText) + ": " + msg
-			}
-			return "", contracts.Errorf(contracts.CodeInvalidInput, "TypeScript: %s", msg)
+			return "", nil, syntaxError("TypeScript", res.Errors[0], pos.source)
 		}
+		var sm struct {
+			Mappings string `json:"mappings"`
+		}
+		if err := json.Unmarshal(res.Map, &sm); err != nil {
+			return "", nil, fmt.Errorf("sandbox: esbuild source map: %w", err)
+		}
+		pos = newPositions(src, true, sm.Mappings)
 		script = strings.TrimRight(strings.TrimSpace(string(res.Code)), ";")
 	}
-	if err := checkLoaders(script); err != nil {
-		return "", err
+	if err := checkLoaders(script, pos); err != nil {
+		return "", nil, err
 	}
-	return script, nil
+	return script, pos, nil
 }
 
 // clipText cuts s to at most n bytes on a rune boundary, saying how much

@@ -82,6 +82,8 @@ type hostState struct {
 	OutputBytes int           `json:"outputBytes"`
 	Telemetry   Telemetry     `json:"telemetry"`
 	NextCall    int           `json:"nextCall"`
+	// Pos maps the script's positions back to the guest's code.
+	Pos *positions `json:"pos,omitempty"`
 }
 
 type pendingCall struct {
@@ -147,10 +149,11 @@ func (e *Engine) Exec(ctx context.Context, req *ExecRequest) (*Outcome, error) {
 	if limits.MemoryLimitBytes > e.maxMem {
 		return fail(contracts.Errorf(contracts.CodeInvalidInput, "memoryLimitBytes %d exceeds the engine's maximum %d", limits.MemoryLimitBytes, e.maxMem))
 	}
-	script, err := prepare(req.Input)
+	script, pos, err := prepare(req.Input)
 	if err != nil {
 		return fail(err)
 	}
+	st.Pos = pos
 	cat, err := NewCatalog(req.Catalog)
 	if err != nil {
 		return fail(err)
@@ -171,11 +174,11 @@ func (e *Engine) Exec(ctx context.Context, req *ExecRequest) (*Outcome, error) {
 	if err := r.installRuntime(ctx); err != nil {
 		return r.finish(ctx, err)
 	}
-	fn, err := vm.Eval(ctx, script, "exec.js", 0)
+	fn, err := vm.Eval(ctx, script, scriptName, 0)
 	if err != nil {
 		var je *engine.JSError
 		if errors.As(err, &je) && !je.Uncatchable && je.Name == "SyntaxError" {
-			err = contracts.Errorf(contracts.CodeInvalidInput, "%s", je.Error())
+			err = contracts.Errorf(contracts.CodeInvalidInput, "%s%s", je.Error(), pos.guestStack(je.Stack))
 		}
 		return r.finish(ctx, err)
 	}
@@ -700,7 +703,7 @@ func (r *run) finish(ctx context.Context, err error) (*Outcome, error) {
 		if strings.Contains(je.Message, "out of memory") {
 			fail(contracts.CodeInternalError, fmt.Sprintf("the code exceeded the memory limit of %d bytes", r.st.Limits.MemoryLimitBytes))
 		} else {
-			fail("", toUTF8(je.Error()))
+			fail("", toUTF8(je.Error()+r.st.Pos.guestStack(je.Stack)))
 		}
 	case err != nil:
 		fail(contracts.CodeInternalError, err.Error())
@@ -712,7 +715,7 @@ func (r *run) finish(ctx context.Context, err error) (*Outcome, error) {
 		if strings.Contains(msg, "out of memory") {
 			fail(contracts.CodeInternalError, fmt.Sprintf("the code exceeded the memory limit of %d bytes", r.st.Limits.MemoryLimitBytes))
 		} else {
-			fail("", msg)
+			fail("", msg+r.st.Pos.guestStack(r.failed.Stack))
 		}
 	case r.done:
 		res.Status, res.Value = StatusCompleted, r.value

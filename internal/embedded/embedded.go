@@ -5,6 +5,7 @@ package embedded
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"time"
@@ -19,8 +20,11 @@ type Config struct {
 	Listen string
 	// StoreDir keeps JetStream data; it survives restarts.
 	StoreDir string
-	// Logs turns on the server's own logging.
+	// Logs turns on the server's own logging, through Logger.
 	Logs bool
+	// Logger receives the server's logs (with Logs), as records with
+	// component=nats-server; the server's own stderr logger when nil.
+	Logger *slog.Logger
 }
 
 // Server is a running embedded nats-server.
@@ -79,7 +83,10 @@ func Start(cfg *Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded: %w", err)
 	}
-	if cfg.Logs {
+	switch {
+	case cfg.Logs && cfg.Logger != nil:
+		ns.SetLoggerV2(&serverLogger{log: cfg.Logger.With(slog.String("component", "nats-server"))}, false, false, false)
+	case cfg.Logs:
 		ns.ConfigureLogger()
 	}
 	ns.Start()
@@ -113,3 +120,13 @@ func (s *Server) Stop() {
 		s.unlock()
 	}
 }
+
+// serverLogger sends nats-server's logs to slog.
+type serverLogger struct{ log *slog.Logger }
+
+func (l *serverLogger) Noticef(format string, v ...any) { l.log.Info(fmt.Sprintf(format, v...)) }
+func (l *serverLogger) Warnf(format string, v ...any)   { l.log.Warn(fmt.Sprintf(format, v...)) }
+func (l *serverLogger) Fatalf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l *serverLogger) Errorf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l *serverLogger) Debugf(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l *serverLogger) Tracef(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }

@@ -207,12 +207,13 @@ func (c *CodeMode) bound(res *sandbox.Result) *sandbox.Result {
 	}
 }
 
-// failedResult turns a failed CodeModeResult into the job's error.
+// failedResult turns a failed CodeModeResult into the job's error. A
+// result without a code failed in the guest's own code: guest_error.
 func failedResult(res *sandbox.Result) error {
 	details, _ := json.Marshal(res)
 	code := res.Code
 	if code == "" {
-		code = contracts.CodeInternalError
+		code = contracts.CodeGuestError
 	}
 	return worker.Permanent(&contracts.Error{Code: code, Message: res.Error, Details: details})
 }

@@ -651,3 +651,44 @@ func TestDirectOnlyAndJobToolListNarrowTheCatalog(t *testing.T) {
 	require.NoError(t, json.Unmarshal(result(t, ev.Data.Result).Value, &v))
 	require.Equal(t, []string{"toolq:core:noop"}, v.IDs)
 }
+
+// TestGuestFailureIsTheGuests: a run whose own code throws fails with
+// guest_error (not internal_error, which says toolq broke), the guest's
+// message and its stack at the guest's line and column; the result inside
+// keeps the code-mode contract's shape (no code: the failure is the guest's).
+func TestGuestFailureIsTheGuests(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, "A", nil, nil)
+	tests := []struct {
+		name, code string
+		extra      map[string]any
+		want       string
+	}{
+		{"throw", "const a = 1;\nthrow new Error('boom')", nil, "Error: boom\n    at <anonymous> (code.js:2:11)"},
+		{"thrown string", "throw 'x'", nil, "x"},
+		{"reference error", "return nope", nil, "ReferenceError: nope is not defined\n    at <anonymous> (code.js:1:8)"},
+		{
+			"after a resume", "const r = await tools.callValue('toolq:core:noop', {n: 1});\n\nthrow new TypeError('late ' + r.n)",
+			map[string]any{"autoResume": true, "language": "typescript"}, "TypeError: late 1\n    at <anonymous> (code.ts:3:",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			job := b.exec(t, tt.code, tt.extra, nil)
+			ev := b.await(t, job, false)
+			require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+			require.NotNil(t, ev.Data.Error)
+			require.Equal(t, contracts.CodeGuestError, ev.Data.Error.Code)
+			require.Contains(t, ev.Data.Error.Message, tt.want)
+			r := result(t, ev.Data.Error.Details)
+			require.Equal(t, "failed", r.Status)
+			require.Empty(t, r.Code)
+			require.Contains(t, r.Error, tt.want)
+			var res contracts.CodeModeResult
+			require.NoError(t, json.Unmarshal(ev.Data.Error.Details, &res))
+			require.ErrorIs(t, res.Err(), contracts.ErrGuestError)
+		})
+	}
+}

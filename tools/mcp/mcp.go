@@ -104,7 +104,7 @@ func newServer(name string, cfg ServerConfig, common *Config) *server {
 		name:   name,
 		cfg:    cfg,
 		common: common,
-		client: sdk.NewClient(&sdk.Implementation{Name: "toolq", Version: "1"}, nil),
+		client: sdk.NewClient(&sdk.Implementation{Name: "toolq", Version: "1"}, &sdk.ClientOptions{Logger: common.Logger.With(slog.String("mcp_server", name))}),
 		log:    common.Logger.With(slog.String("mcp_server", name)),
 	}
 }

@@ -44,6 +44,15 @@ type Config struct {
 	// jobs are still the default tenant's, so the figures show what serving
 	// tenants costs the single-tenant path.
 	Tenants bool
+	// Phase, when set, is told each phase as it begins (toolq bench prints
+	// them on stderr: a run takes a while).
+	Phase func(phase string)
+}
+
+func (c Config) phase(format string, args ...any) {
+	if c.Phase != nil {
+		c.Phase(fmt.Sprintf(format, args...))
+	}
 }
 
 // Defaults returns the configuration `toolq bench` uses.
@@ -91,6 +100,7 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 		defer os.RemoveAll(d)
 		dir = d
 	}
+	cfg.phase("starting an embedded server and a worker (concurrency %d, tenants %v)", cfg.Concurrency, cfg.Tenants)
 	srv, err := embedded.Start(&embedded.Config{StoreDir: dir})
 	if err != nil {
 		return nil, err
@@ -129,9 +139,11 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 	payload, _ := json.Marshal(map[string]string{"pad": pad(cfg.PayloadBytes)})
 	var figs []Figure
 	// Warm up: the first jobs pay for consumer and follower creation.
+	cfg.phase("warming up: 50 jobs")
 	if _, err := latency(ctx, p, payload, 50, 0); err != nil {
 		return nil, err
 	}
+	cfg.phase("throughput: %d jobs from %d submitters", cfg.Jobs, cfg.Submitters)
 	tf, err := throughput(ctx, p, cfg, payload)
 	if err != nil {
 		return nil, err
@@ -150,6 +162,7 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 		}
 	}
 	if cfg.LatencyJobs > 0 {
+		cfg.phase("latency: %d jobs, one every %s", cfg.LatencyJobs, cfg.LatencyInterval)
 		lat, err := latency(ctx, p, payload, cfg.LatencyJobs, cfg.LatencyInterval)
 		if err != nil {
 			return nil, err
@@ -160,6 +173,7 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 			Figure{"e2e_latency_p99", ms(pct(lat, 99)), "ms"},
 		)
 	}
+	cfg.phase("done")
 	return figs, nil
 }
 

@@ -143,9 +143,9 @@ func decide(cmd *cobra.Command, g *globals, id string, v shell.Verdict, f *decid
 	if a.Plan.Hash() != a.Hash {
 		return contracts.Errorf(contracts.CodeDenied, "approval %s: its plan does not match its hash %s; not signed", id, a.Hash)
 	}
-	fmt.Fprint(g.stderr, describePlan(v, rec))
+	g.tell("%s", describePlan(v, rec))
 	if v == shell.Approve && f.always {
-		fmt.Fprintf(g.stderr, "--always: %s\n", indent(shell.AlwaysEntries(shell.Policy{}, &a.Plan).String()))
+		g.tell("--always: %s", indent(shell.AlwaysEntries(shell.Policy{}, &a.Plan).String()))
 	}
 	if v == shell.Approve {
 		if err := confirm(cmd, g, f, a.Hash); err != nil {
@@ -208,7 +208,7 @@ func decide(cmd *cobra.Command, g *globals, id string, v shell.Verdict, f *decid
 		return err
 	}
 	if ev.Data.Status != contracts.StatusCompleted {
-		return fmt.Errorf("job %s %s", res.JobID, ev.Data.Status)
+		return endedErr("job", res.JobID, ev.Data.Status, ev.Data.Error)
 	}
 	return nil
 }
@@ -338,7 +338,7 @@ func (f *decideFlags) resolveSeed(g *globals) error {
 		path := filepath.Join(dir, devSeedPath)
 		if _, err := os.Stat(path); err == nil {
 			f.seedFile = path
-			fmt.Fprintf(g.stderr, "signing with the dev approver seed %s\n", path)
+			g.tell("signing with the dev approver seed %s", path)
 			return nil
 		}
 		parent := filepath.Dir(dir)

@@ -24,53 +24,69 @@ func newBenchCmd(g *globals) *cobra.Command {
 		Long: `bench starts an embedded nats-server and a worker in this process and measures
 noop jobs end to end (submit -> worker -> completion event received by the
 requester): throughput with many submitters, and p50/p99 latency at low rate.
-It prints one "bench.<name> <value> <unit>" line per figure. With --anchors
+It prints one "bench.<name> <value> <unit>" line per figure on stdout, and
+its phases on stderr as they begin. With --anchors
 FILE (a summary of baseline figures measured beside it, "anchor.<name> <value> <unit>"
 lines) it also prints toolq's figures as ratios of the anchors.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The phases on stderr as they begin; stdout keeps the figures.
+			cfg.Phase = func(phase string) { g.tell("bench: %s", phase) }
 			figs, err := bench.Run(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
 			vals := map[string]float64{}
-			for _, f := range figs {
+			var all []bench.Figure
+			emit := func(f bench.Figure) {
 				vals[f.Name] = f.Value
-				fmt.Fprintln(g.stdout, f)
+				all = append(all, f)
+				if !g.jsonOut {
+					fmt.Fprintln(g.stdout, f)
+				}
+			}
+			for _, f := range figs {
+				emit(f)
 			}
 			if tenants {
 				// The same run again with the worker serving tenants.
 				on := cfg
 				on.Tenants = true
+				g.tell("bench: again, with the worker serving tenants")
 				tfigs, err := bench.Run(cmd.Context(), on)
 				if err != nil {
 					return err
 				}
 				for _, f := range tfigs {
 					f.Name = "tenants_" + f.Name
-					vals[f.Name] = f.Value
-					fmt.Fprintln(g.stdout, f)
+					emit(f)
 				}
 				if off := vals["e2e_throughput"]; off > 0 {
-					fmt.Fprintf(g.stdout, "bench.tenants_throughput_vs_single %.3f ratio\n", vals["tenants_e2e_throughput"]/off)
+					emit(bench.Figure{Name: "tenants_throughput_vs_single", Value: vals["tenants_e2e_throughput"] / off, Unit: "ratio"})
 				}
 			}
-			if anchors == "" {
-				return nil
-			}
-			a, err := readAnchors(anchors)
-			if err != nil {
-				return err
-			}
-			ratio := func(name string, num, den float64) {
-				if den > 0 {
-					fmt.Fprintf(g.stdout, "bench.%s %.3f ratio\n", name, num/den)
+			if anchors != "" {
+				a, err := readAnchors(anchors)
+				if err != nil {
+					return err
 				}
+				ratio := func(name string, num, den float64) {
+					if den > 0 {
+						emit(bench.Figure{Name: name, Value: num / den, Unit: "ratio"})
+					}
+				}
+				ratio("throughput_vs_nats_js_pub_async", vals["e2e_throughput"], a["nats_js_pub_async"])
+				ratio("throughput_vs_asynq_process_c50", vals["e2e_throughput"], a["asynq_process_c50"])
+				ratio("latency_p50_vs_asynq_p50", vals["e2e_latency_p50"], a["asynq_e2e_latency_p50"])
+				ratio("latency_p50_vs_nats_reqreply_p50", vals["e2e_latency_p50"]*1000, a["nats_reqreply_p50"])
 			}
-			ratio("throughput_vs_nats_js_pub_async", vals["e2e_throughput"], a["nats_js_pub_async"])
-			ratio("throughput_vs_asynq_process_c50", vals["e2e_throughput"], a["asynq_process_c50"])
-			ratio("latency_p50_vs_asynq_p50", vals["e2e_latency_p50"], a["asynq_e2e_latency_p50"])
-			ratio("latency_p50_vs_nats_reqreply_p50", vals["e2e_latency_p50"]*1000, a["nats_reqreply_p50"])
+			if g.jsonOut {
+				out := make([]map[string]any, 0, len(all))
+				for _, f := range all {
+					out = append(out, map[string]any{"name": "bench." + f.Name, "value": f.Value, "unit": f.Unit})
+				}
+				return g.printJSON(map[string]any{"figures": out})
+			}
 			return nil
 		},
 	}

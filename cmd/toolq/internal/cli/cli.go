@@ -45,21 +45,85 @@ func Main(args []string, stdout, stderr io.Writer) int {
 func mainIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := newRoot(stdout, stderr)
+	root, g := newRoot(stdout, stderr)
 	root.SetIn(stdin)
 	root.SetArgs(args)
-	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(stderr, "toolq:", err)
-		var ce *contracts.Error
-		if errors.As(err, &ce) && ce.Code == contracts.CodeInvalidInput {
-			return 2
-		}
-		return 1
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
 	}
-	return 0
+	ce, ended := cliError(err)
+	if g.jsonOut || jsonArg(args) {
+		// One JSON object on one line of stderr; stdout keeps what the
+		// command printed before it failed (a failed job's event, say).
+		line, _ := json.Marshal(map[string]any{"error": map[string]any{"code": ce.Code, "message": ce.Message}})
+		fmt.Fprintln(stderr, string(line))
+	} else {
+		fmt.Fprintln(stderr, "toolq:", err)
+	}
+	if !ended && ce.Code == contracts.CodeInvalidInput {
+		return 2
+	}
+	return 1
 }
 
-func newRoot(stdout, stderr io.Writer) *cobra.Command {
+// jobEnded is the error of a command whose job (or run) ended other than
+// completed: it carries the job's code for --json, and exits 1 whatever
+// the code (2 is for a command given bad input).
+type jobEnded struct{ err *contracts.Error }
+
+func (e *jobEnded) Error() string { return e.err.Message }
+
+// endedErr is the error for job id that ended with status and error e.
+func endedErr(what, id string, status contracts.Status, e *contracts.Error) error {
+	ce := &contracts.Error{Code: contracts.CodeInternalError, Message: fmt.Sprintf("%s %s %s", what, id, status)}
+	switch {
+	case e != nil:
+		ce.Code = e.Code
+		ce.Message += ": " + e.Error()
+	case status == contracts.StatusCancelled:
+		ce.Code = contracts.CodeCancelled
+	case status == contracts.StatusDenied:
+		ce.Code = contracts.CodeDenied
+	}
+	return &jobEnded{err: ce}
+}
+
+// cliError gives err its code: a job's own (jobEnded), a *contracts.Error
+// in the chain, invalid_input for a command line cobra refused, else
+// internal_error.
+func cliError(err error) (ce *contracts.Error, ended bool) {
+	var je *jobEnded
+	if errors.As(err, &je) {
+		return je.err, true
+	}
+	if errors.As(err, &ce) {
+		return &contracts.Error{Code: ce.Code, Message: err.Error(), Details: ce.Details}, false
+	}
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "required flag", "accepts ", "requires at least", "requires at most", "flag needs an argument", "invalid argument"} {
+		if strings.HasPrefix(msg, p) {
+			return &contracts.Error{Code: contracts.CodeInvalidInput, Message: msg}, false
+		}
+	}
+	return &contracts.Error{Code: contracts.CodeInternalError, Message: msg}, false
+}
+
+// jsonArg reports whether --json is among args, for an error found before
+// the flags were all parsed.
+func jsonArg(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if a == "--json" || a == "--json=true" {
+			return true
+		}
+	}
+	return false
+}
+
+func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globals) {
 	g := &globals{stdout: stdout, stderr: stderr}
 	root := &cobra.Command{
 		Use:   "toolq",
@@ -76,7 +140,12 @@ Submit a job and wait for its result:    toolq submit --tool noop --input '{"hi"
 			if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
 				return contracts.Errorf(contracts.CodeInvalidInput, "--log-level %q: want debug, info, warn or error", g.logLevel)
 			}
-			g.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+			opts := &slog.HandlerOptions{Level: lvl}
+			if g.jsonOut {
+				g.log = slog.New(slog.NewJSONHandler(stderr, opts))
+			} else {
+				g.log = slog.New(slog.NewTextHandler(stderr, opts))
+			}
 			if g.prefix != contracts.DefaultPrefix && !contracts.ValidID(g.prefix) {
 				return contracts.Errorf(contracts.CodeInvalidInput, "--prefix %q is not a valid subject token", g.prefix)
 			}
@@ -88,7 +157,7 @@ Submit a job and wait for its result:    toolq submit --tool noop --input '{"hi"
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.natsURL, "nats", envOr("TOOLQ_NATS", nats.DefaultURL), "NATS server URL (env TOOLQ_NATS)")
 	pf.StringVar(&g.prefix, "prefix", contracts.DefaultPrefix, "subject prefix of the deployment")
-	pf.BoolVar(&g.jsonOut, "json", false, "print machine-readable JSON")
+	pf.BoolVar(&g.jsonOut, "json", false, "print machine-readable JSON: results on stdout, logs and errors ({\"error\":{\"code\",\"message\"}}) on stderr, streams one object per line")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	pf.DurationVar(&g.timeout, "timeout", 30*time.Second, "how long a client command waits")
 	g.auth.register(pf)
@@ -109,7 +178,7 @@ Submit a job and wait for its result:    toolq submit --tool noop --input '{"hi"
 		newApproveCmd(g), newDenyCmd(g),
 		newTenantCmd(g),
 	)
-	return root
+	return root, g
 }
 
 func envOr(key, def string) string {
@@ -119,6 +188,15 @@ func envOr(key, def string) string {
 	return def
 }
 
+// logger is the command's logger (a discarding one before the flags are
+// read).
+func (g *globals) logger() *slog.Logger {
+	if g.log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return g.log
+}
+
 func (g *globals) subjects() contracts.Subjects { return contracts.Subjects{Prefix: g.prefix} }
 
 func (g *globals) connect(name string) (*nats.Conn, error) {
@@ -126,12 +204,41 @@ func (g *globals) connect(name string) (*nats.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := append([]nats.Option{nats.Name(name), nats.Timeout(5 * time.Second), nats.MaxReconnects(-1)}, auth...)
+	opts := append([]nats.Option{
+		nats.Name(name), nats.Timeout(5 * time.Second), nats.MaxReconnects(-1),
+		// nats.go's default prints asynchronous errors on stderr by itself.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			attrs := []any{slog.Any("err", err)}
+			if sub != nil {
+				attrs = append(attrs, slog.String("subject", sub.Subject))
+			}
+			g.logger().Warn("nats: asynchronous error", attrs...)
+		}),
+	}, auth...)
 	nc, err := nats.Connect(g.natsURL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", redactURL(g.natsURL), err)
 	}
 	return nc, nil
+}
+
+// tell writes a line for a person on stderr; with --json it is a JSON
+// record ({"time","level","msg"}, whatever --log-level says), so that
+// stderr holds JSON only.
+func (g *globals) tell(format string, args ...any) {
+	msg := strings.TrimSuffix(fmt.Sprintf(format, args...), "\n")
+	if g.jsonOut {
+		slog.New(slog.NewJSONHandler(g.stderr, nil)).Info(msg)
+		return
+	}
+	fmt.Fprintln(g.stderr, msg)
+}
+
+// printLine writes v as JSON on one line: a stream's item.
+func (g *globals) printLine(v any) error {
+	enc := json.NewEncoder(g.stdout)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
 }
 
 // printJSON writes v as indented JSON.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -211,6 +212,25 @@ func TestExecWaitAndRuns(t *testing.T) {
 	require.Equal(t, "completed", res.Status)
 	require.JSONEq(t, `42`, string(res.Value))
 	require.Equal(t, 2, res.Telemetry.Resumes)
+	// Its progress went to stderr, as it happened.
+	for _, want := range []string{
+		"waiting on 1 call: toolq:core:noop (call_1)", "resuming run", "resumed (resume 1)",
+		"waiting on 1 call: toolq:core:noop (call_2)", "resumed (resume 2)",
+	} {
+		require.Contains(t, errOut, want)
+	}
+	require.Less(t, strings.Index(errOut, "(call_1)"), strings.Index(errOut, "resumed (resume 1)"))
+	require.Less(t, strings.Index(errOut, "resumed (resume 1)"), strings.Index(errOut, "(call_2)"))
+
+	// An autoResume run is followed by its events: the same lines, no wait.
+	rc, out, errOut = run(t, "--nats", url, "exec", "--code", code, "--session", "cm", "--auto-resume", "--wait")
+	require.Equal(t, 0, rc, errOut)
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.JSONEq(t, `42`, string(res.Value))
+	for _, want := range []string{"(call_1)", "resumed (resume 1)", "(call_2)", "resumed (resume 2)"} {
+		require.Contains(t, errOut, want)
+	}
+	require.NotContains(t, errOut, "code_mode.wait")
 
 	// A run left waiting shows in `runs`, and `wait` on a bad id is refused.
 	slow := filepath.Join(dir, "slow.js")
@@ -309,4 +329,90 @@ func TestPrintJSONDoesNotEscapeHTML(t *testing.T) {
 	g := &globals{stdout: &out}
 	require.NoError(t, g.printJSON(map[string]string{"m": "a <b> & c"}))
 	require.Contains(t, out.String(), `"a <b> & c"`)
+}
+
+// syncBuffer is a bytes.Buffer safe to read while a command writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestExecWaitTellsApprovalPending: a code-mode run whose exec call needs a
+// person says so on stderr while it waits, with the approval id and the
+// commands that decide it; deciding it ends the run.
+func TestExecWaitTellsApprovalPending(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartJetStream(t)
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "key")
+	require.NoError(t, os.WriteFile(keyFile, []byte(strings.Repeat("ab", 32)), 0o600))
+	seed := filepath.Join(dir, "approver.seed")
+	g := &globals{prefix: contracts.DefaultPrefix, log: slog.New(slog.DiscardHandler), stdout: io.Discard, stderr: io.Discard}
+	f := &workerFlags{concurrency: 8, replicas: 1, stopTimeout: time.Second, snapshotKeyFile: keyFile, codeModeExec: true}
+	f.exec.approverSeed = seed
+	n, err := newNode(testutil.Context(t, 30*time.Second), g, srv.Connect(t), f)
+	require.NoError(t, err)
+	require.NoError(t, n.start(testutil.Context(t, 30*time.Second)))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, n.stop(ctx))
+	})
+	url := srv.ClientURL()
+	plan := filepath.Join(dir, "plan.js")
+	require.NoError(t, os.WriteFile(plan, []byte(`return await tools.callValue("toolq:core:exec", {command: "uname -s"});`), 0o600))
+
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- mainIO([]string{"--nats", url, "exec", "--code", plan, "--tools", "toolq:core:exec", "--session", "cm", "--auto-resume", "--wait"}, strings.NewReader(""), &out, &errb)
+	}()
+	const tell = "call call_1 (toolq:core:exec) waiting for approval: "
+	require.Eventually(t, func() bool { return strings.Contains(errb.String(), tell) }, 20*time.Second, 20*time.Millisecond)
+	rest := errb.String()[strings.Index(errb.String(), tell)+len(tell):]
+	id := strings.Fields(rest)[0]
+	require.Contains(t, rest, "toolq approve "+id)
+	require.Contains(t, rest, "toolq deny "+id)
+	require.Empty(t, out.String(), "stdout holds only the result")
+
+	code, _, errOut := run(t, "--nats", url, "deny", id, "--seed-file", seed, "--reason", "not today")
+	require.Equal(t, 0, code, errOut)
+	select {
+	case code = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("exec --wait did not end after the denial")
+	}
+	require.Equal(t, 1, code, errb.String())
+	var res contracts.CodeModeResult
+	require.NoError(t, json.Unmarshal([]byte(out.String()), &res), out.String())
+	require.Equal(t, contracts.CodeModeFailed, res.Status)
+	require.Contains(t, res.Error, "not today")
+	require.Contains(t, errb.String(), "resumed (resume 1)")
+}
+
+// TestBenchPrintsPhasesOnStderr: a person sees what bench is doing; stdout
+// keeps only the figures.
+func TestBenchPrintsPhasesOnStderr(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := run(t, "bench", "--jobs", "200", "--submitters", "4", "--concurrency", "16", "--latency-jobs", "5", "--latency-interval", "0s")
+	require.Equal(t, 0, code, errOut)
+	for _, want := range []string{"bench: starting an embedded server", "bench: warming up", "bench: throughput: 200 jobs from 4 submitters", "bench: latency: 5 jobs", "bench: done"} {
+		require.Contains(t, errOut, want)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		require.True(t, strings.HasPrefix(line, "bench."), "stdout line %q", line)
+	}
+	require.Contains(t, out, "bench.e2e_throughput ")
 }

@@ -72,7 +72,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if ev.Data.Status != contracts.StatusCompleted {
-				return fmt.Errorf("job %s %s", job.ID, ev.Data.Status)
+				return endedErr("job", job.ID, ev.Data.Status, ev.Data.Error)
 			}
 			return nil
 		},
@@ -113,7 +113,7 @@ func newEventsCmd(g *globals) *cobra.Command {
 			}
 			err = p.ReadEvents(ctx, session, &producer.ReadOpts{Follow: follow, JobID: job}, func(ev *contracts.Event) error {
 				if g.jsonOut {
-					return g.printJSON(ev)
+					return g.printLine(ev) // one event per line
 				}
 				line := fmt.Sprintf("%s  %-16s %s  %s", ev.Time.Format("15:04:05.000"), ev.Data.Status, ev.Data.JobID, ev.Data.Tool)
 				if ev.Data.Error != nil {
@@ -155,6 +155,9 @@ func newCancelCmd(g *globals) *cobra.Command {
 			if err := p.Cancel(cmd.Context(), session, args[0]); err != nil {
 				return err
 			}
+			if g.jsonOut {
+				return g.printJSON(map[string]any{"cancelled": args[0], "session": session})
+			}
 			fmt.Fprintf(g.stdout, "cancelled %s\n", args[0])
 			return nil
 		},
@@ -191,10 +194,10 @@ func tellParked(g *globals, ev *contracts.Event) {
 			ApprovalID string `json:"approvalId"`
 		}
 		_ = json.Unmarshal(ev.Data.Result, &pending)
-		fmt.Fprintf(g.stderr, "waiting for approval: %s (approve with `toolq approve %s`, or deny with `toolq deny %s`)\n",
+		g.tell("waiting for approval: %s (approve with `toolq approve %s`, or deny with `toolq deny %s`)",
 			pending.ApprovalID, pending.ApprovalID, pending.ApprovalID)
 	default:
-		fmt.Fprintf(g.stderr, "job %s is %s\n", ev.Data.JobID, ev.Data.Status)
+		g.tell("job %s is %s", ev.Data.JobID, ev.Data.Status)
 	}
 }
 

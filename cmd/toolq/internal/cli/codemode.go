@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -83,24 +84,29 @@ func newExecCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// Without --wait: the first answer (completed, failed or waiting).
-			ev, err := p.Await(sctx, job.Session, job.ID, &producer.AwaitOpts{Parked: !wait || !autoResume})
-			if err != nil {
-				return fmt.Errorf("waiting for run %s: %w", job.ID, err)
-			}
-			res, status := codeModeResult(ev)
-			for wait && status == "waiting" {
-				wev, err := waitOnce(ctx, g, p, job.Session, job.ID)
+			var res json.RawMessage
+			var status string
+			if wait {
+				// Progress on stderr as it happens; the result on stdout.
+				prog := newRunProgress(g, p, job.Session, job.ID)
+				res, status, err = waitRun(ctx, sctx, g, p, prog, job, autoResume)
+				prog.stop()
 				if err != nil {
 					return err
 				}
-				res, status = codeModeResult(wev)
+			} else {
+				// The first answer (completed, failed or waiting).
+				ev, err := p.Await(sctx, job.Session, job.ID, &producer.AwaitOpts{Parked: true})
+				if err != nil {
+					return fmt.Errorf("waiting for run %s: %w", job.ID, err)
+				}
+				res, status = codeModeResult(ev)
 			}
 			if err := printRaw(g, res); err != nil {
 				return err
 			}
 			if status == "failed" {
-				return fmt.Errorf("run %s failed", job.ID)
+				return runFailed(job.ID, res)
 			}
 			return nil
 		},
@@ -112,8 +118,66 @@ func newExecCmd(g *globals) *cobra.Command {
 	f.StringVar(&tools, "tools", "", "comma-separated catalog ids the run may use (default: all the workers allow)")
 	f.BoolVar(&autoResume, "auto-resume", false, "resume as soon as nested calls are back, without wait")
 	f.BoolVar(&restartSafe, "restart-safe", false, "refuse tools with side effects")
-	f.BoolVar(&wait, "wait", false, "keep waiting until the run completes or fails, and print that result")
+	f.BoolVar(&wait, "wait", false, "keep waiting until the run completes or fails, and print that result; its progress (calls waited on, resumes, approvals) goes to stderr")
 	return cmd
+}
+
+// runFailed is the error of a failed run: the result's code (guest_error
+// when the guest's own code failed) and its error text.
+func runFailed(runID string, raw json.RawMessage) error {
+	var res contracts.CodeModeResult
+	_ = json.Unmarshal(raw, &res)
+	res.Status = contracts.CodeModeFailed
+	var ce *contracts.Error
+	_ = errors.As(res.Err(), &ce)
+	return endedErr("run", runID, contracts.StatusFailed, ce)
+}
+
+// waitRun follows run job until it completes or fails, telling prog each
+// answer on the way: an autoResume run by its events (each suspension is a
+// waiting event), any other run by a code_mode.wait per suspension.
+func waitRun(ctx, sctx context.Context, g *globals, p *producer.Producer, prog *runProgress, job *contracts.Job, autoResume bool) (json.RawMessage, string, error) {
+	if autoResume && !g.tenantAccount {
+		var (
+			res    json.RawMessage
+			status string
+		)
+		errDone := errors.New("run ended")
+		err := p.ReadEvents(sctx, job.Session, &producer.ReadOpts{Follow: true, JobID: job.ID}, func(ev *contracts.Event) error {
+			if !ev.Data.Status.Terminal() && ev.Data.Status != contracts.StatusWaiting {
+				return nil
+			}
+			res, status = codeModeResult(ev)
+			prog.show(ctx, res)
+			if status != "waiting" {
+				return errDone
+			}
+			return nil
+		})
+		if !errors.Is(err, errDone) {
+			if err == nil {
+				err = sctx.Err()
+			}
+			return nil, "", fmt.Errorf("waiting for run %s: %w", job.ID, err)
+		}
+		return res, status, nil
+	}
+	ev, err := p.Await(sctx, job.Session, job.ID, &producer.AwaitOpts{Parked: !autoResume})
+	if err != nil {
+		return nil, "", fmt.Errorf("waiting for run %s: %w", job.ID, err)
+	}
+	res, status := codeModeResult(ev)
+	prog.show(ctx, res)
+	for status == "waiting" {
+		prog.say("resuming run %s once its calls are back (code_mode.wait)", job.ID)
+		wev, err := waitOnce(ctx, g, p, job.Session, job.ID)
+		if err != nil {
+			return nil, "", err
+		}
+		res, status = codeModeResult(wev)
+		prog.show(ctx, res)
+	}
+	return res, status, nil
 }
 
 // waitOnce submits a code_mode.wait job and returns its terminal event.
@@ -160,7 +224,7 @@ func newWaitCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if status == "failed" {
-				return fmt.Errorf("run %s failed", args[0])
+				return runFailed(args[0], res)
 			}
 			return nil
 		},

@@ -282,7 +282,7 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 			if err := os.MkdirAll(dataDir, 0o750); err != nil {
 				return fmt.Errorf("data dir: %w", err)
 			}
-			srv, err := embedded.Start(&embedded.Config{Listen: listen, StoreDir: dataDir, Logs: logs})
+			srv, err := embedded.Start(&embedded.Config{Listen: listen, StoreDir: dataDir, Logs: logs, Logger: g.log})
 			if err != nil {
 				return err
 			}
@@ -324,11 +324,17 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 			}()
 			w := n.w
 			abs, _ := filepath.Abs(dataDir)
-			fmt.Fprintf(g.stderr, "toolq dev: NATS with JetStream at %s (data in %s)\n", srv.URL(), abs)
-			fmt.Fprintf(g.stderr, "toolq dev: worker %s runs %v\n", w.Name(), w.Tools())
-			fmt.Fprintf(g.stderr, "toolq dev: connect with  export TOOLQ_NATS=%s\n", srv.URL())
-			fmt.Fprintf(g.stderr, "toolq dev: then try      toolq submit --tool noop --input '{\"hello\":\"toolq\"}' --wait\n")
-			printExecHelp(g, f)
+			if g.jsonOut {
+				// stderr carries JSON only: the banner is one log record.
+				g.log.Info("toolq dev ready", slog.String("nats", srv.URL()), slog.String("data", abs),
+					slog.String("worker", w.Name()), slog.Any("tools", w.Tools()), slog.String("approver_seed", f.exec.approverSeed))
+			} else {
+				fmt.Fprintf(g.stderr, "toolq dev: NATS with JetStream at %s (data in %s)\n", srv.URL(), abs)
+				fmt.Fprintf(g.stderr, "toolq dev: worker %s runs %v\n", w.Name(), w.Tools())
+				fmt.Fprintf(g.stderr, "toolq dev: connect with  export TOOLQ_NATS=%s\n", srv.URL())
+				fmt.Fprintf(g.stderr, "toolq dev: then try      toolq submit --tool noop --input '{\"hello\":\"toolq\"}' --wait\n")
+				printExecHelp(g, f)
+			}
 
 			if err := selfCheck(ctx, g, srv, n.cm != nil); err != nil {
 				_ = n.stop(context.Background())
@@ -375,7 +381,7 @@ func selfCheck(ctx context.Context, g *globals, srv *embedded.Server, codeMode b
 	if ev.Data.Status != contracts.StatusCompleted {
 		return fmt.Errorf("job %s ended %s", job.ID, ev.Data.Status)
 	}
-	fmt.Fprintf(g.stderr, "toolq dev: self-check job %s completed:\n", job.ID)
+	g.tell("toolq dev: self-check job %s completed:", job.ID)
 	if err := g.printJSON(ev); err != nil {
 		return err
 	}
@@ -399,6 +405,6 @@ func selfCheck(ctx context.Context, g *globals, srv *embedded.Server, codeMode b
 		b, _ := json.Marshal(ev.Data)
 		return fmt.Errorf("code-mode run %s ended %s: %s", run.ID, ev.Data.Status, b)
 	}
-	fmt.Fprintf(g.stderr, "toolq dev: self-check code-mode run %s (suspended on a nested job, resumed) completed:\n", run.ID)
+	g.tell("toolq dev: self-check code-mode run %s (suspended on a nested job, resumed) completed:", run.ID)
 	return printRaw(g, ev.Data.Result)
 }

@@ -238,11 +238,18 @@ func newScheduleRmCmd(g *globals) *cobra.Command {
 			defer closeFn()
 			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 			defer cancel()
+			deleted := make([]string, 0, len(args))
 			for _, id := range args {
 				if err := c.Delete(ctx, id); err != nil {
 					return err
 				}
-				fmt.Fprintf(g.stdout, "deleted %s\n", id)
+				deleted = append(deleted, id)
+				if !g.jsonOut {
+					fmt.Fprintf(g.stdout, "deleted %s\n", id)
+				}
+			}
+			if g.jsonOut {
+				return g.printJSON(map[string]any{"deleted": deleted})
 			}
 			return nil
 		},

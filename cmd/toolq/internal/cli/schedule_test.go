@@ -26,7 +26,7 @@ func runScheduler(t *testing.T, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errb bytes.Buffer
-	root := newRoot(&out, &errb)
+	root, _ := newRoot(&out, &errb)
 	root.SetArgs(append(args, "--log-level", "warn"))
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx) }()

@@ -230,6 +230,9 @@ so that workers serve it. The tenant's clients log in with the seed and
 				return fmt.Errorf("tenant add: seed file: %w", err)
 			}
 			g.log.Info("tenant agent seed written", "tenant", name, "file", path, "user", pub)
+			if g.jsonOut {
+				return g.printJSON(map[string]any{"tenant": name, "user": pub, "seedFile": path, "accountEntry": tenantAccount(g.subjects(), name, pub)})
+			}
 			_, err = fmt.Fprint(g.stdout, tenantAccount(g.subjects(), name, pub))
 			return err
 		},
