@@ -166,7 +166,8 @@ func (w *Worker) park(log *slog.Logger, msg jetstream.Msg, job *contracts.Job, a
 
 // Emit writes the n-th event of status for a job other than the one being
 // handled (a parked job being continued): after the job's current last
-// event, and never after a terminal one. ref needs ID, Session and Tool.
+// event, and never after a terminal one. ref needs ID, Session and Tool,
+// and Tenant for a named tenant's job (its events are the tenant's).
 func (w *Worker) Emit(ctx context.Context, ref *contracts.Job, status contracts.Status, n int, result json.RawMessage, werr *contracts.Error) error {
 	if w.events == nil {
 		return errors.New("worker: Emit before Start")
@@ -180,7 +181,7 @@ func (w *Worker) Emit(ctx context.Context, ref *contracts.Job, status contracts.
 	job := *ref
 	var ev *contracts.Event
 	for range 5 {
-		last, seq, err := w.events.Last(ctx, ref.Session, ref.ID)
+		last, seq, err := w.events.LastIn(ctx, ref.Tenant, ref.Session, ref.ID)
 		if err != nil {
 			return err
 		}
