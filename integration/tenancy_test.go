@@ -61,7 +61,7 @@ type tenancy struct {
 	acmeApprover, globexApprover nkeys.KeyPair
 	approverSeeds                map[string]string // tenant -> seed file
 	approverConns                map[string]*nats.Conn
-	holds        chan string        // job ids of hold jobs as they start
+	holds                        chan string // job ids of hold jobs as they start
 
 	mu       sync.Mutex
 	releases map[string]chan struct{} // by hold job id
