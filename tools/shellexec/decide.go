@@ -198,6 +198,16 @@ func (s *ShellExec) apply(ctx context.Context, rec *Record, decided func()) erro
 		}
 		return nil
 	}
+	if _, err := s.cancels.Get(ctx, contracts.TenantKey(a.Tenant, a.JobID)); err == nil {
+		// Cancelled while it waited, by a cancel the feed did not bring
+		// (a tenant's): it ends cancelled and never runs.
+		werr := contracts.Errorf(contracts.CodeCancelled, "job was cancelled while it waited for approval")
+		if err := s.emit(ctx, ref, contracts.StatusCancelled, 1, nil, werr); err != nil && !isEnded(err) {
+			return err
+		}
+		decided()
+		return nil
+	}
 	err = s.emit(ctx, ref, contracts.StatusApproved, 1, ApprovedResult{ApprovalID: a.ID, Approver: d.Approver, Always: d.Always}, nil)
 	if isEnded(err) {
 		decided()

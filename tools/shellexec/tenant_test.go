@@ -254,6 +254,19 @@ func TestTenantExecOutsideTheJob(t *testing.T) {
 	next(t, bg, contracts.StatusCompleted)
 	require.Equal(t, "1\n2\n3\n", runResult(t, next(t, session, contracts.StatusCompleted)).Stdout)
 
+	// Cancelled by its tenant while it waited (the mark the tenant's
+	// import writes): the approval ends it cancelled, nothing runs.
+	gone := b.submit(t, "ACME", shellexec.ToolExec, "gone", map[string]any{"command": "seq 3"})
+	p = pendingOf(t, next(t, gone, contracts.StatusApprovalPending))
+	cancels, err := b.js.KeyValue(testutil.Context(t, 5*time.Second), contracts.Subjects{}.CancelsBucket())
+	require.NoError(t, err)
+	_, err = cancels.Put(testutil.Context(t, 5*time.Second), "ACME.gone", []byte("s1"))
+	require.NoError(t, err)
+	ev = b.decide(t, "ACME", "d-gone", decision(t, p, shell.Approve, b.acmeSeed))
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, "%v", ev.Data.Error)
+	ev = next(t, gone, contracts.StatusCancelled, contracts.StatusApproved)
+	require.Equal(t, contracts.StatusCancelled, ev.Data.Status)
+
 	// Nobody decides: the expiry denies the job in its tenant.
 	late := b.submit(t, "GLOBEX", shellexec.ToolExec, "late", map[string]any{"command": "seq 3"})
 	next(t, late, contracts.StatusApprovalPending)
