@@ -1,9 +1,12 @@
 package contracts
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -94,6 +97,32 @@ func (c *CatalogTool) Validate() error {
 // CatalogKey is the KV key of a catalog id (colons are not allowed in keys).
 func CatalogKey(id string) string { return strings.ReplaceAll(id, ":", ".") }
 
+// TenantCatalogKey is the KV key of a named tenant's client tool:
+// t.<tenant>.<CatalogKey(id)>. A tenant writes it through its import, as
+// the plain CatalogKey; the server puts the tenant in. The default
+// tenant's keys are the plain ones.
+func TenantCatalogKey(tenant, id string) string {
+	if tenant == "" {
+		return CatalogKey(id)
+	}
+	return tenantToken + "." + tenant + "." + CatalogKey(id)
+}
+
+// ParseCatalogKey splits a catalog bucket key into the tenant named by its
+// t.<tenant>. prefix ("" for a plain key: workers' tools, and the default
+// tenant's client tools) and the key of the id. ok is false for a key of
+// no valid shape.
+func ParseCatalogKey(key string) (tenant, idKey string, ok bool) {
+	parts := strings.Split(key, ".")
+	switch {
+	case len(parts) == 3:
+		return "", key, true
+	case len(parts) == 5 && parts[0] == tenantToken && ValidID(parts[1]):
+		return parts[1], strings.Join(parts[2:], "."), true
+	}
+	return "", "", false
+}
+
 // ToolResult is the input of a code_mode.result job: the outcome of one
 // nested call of a code-mode run, sent by the worker that ran it (or by the
 // requester, for a client tool).
@@ -104,6 +133,10 @@ type ToolResult struct {
 	Status Status          `json:"status"`
 	Result json.RawMessage `json:"result,omitempty"`
 	Error  *Error          `json:"error,omitempty"`
+	// Token echoes the pending call's token: Parent.Token of the nested
+	// job, or the Token of a client call in the run's waiting result. A
+	// run refuses a result without the right one.
+	Token string `json:"token,omitempty"`
 }
 
 // Validate checks a tool result that came from outside.
@@ -119,11 +152,37 @@ func (r *ToolResult) Validate() error {
 			return err
 		}
 	}
+	if err := ValidateCallToken("token", r.Token); err != nil {
+		return err
+	}
 	if !r.Status.Terminal() {
 		return Errorf(CodeInvalidInput, "tool result status %q is not terminal", r.Status)
 	}
 	if r.Status == StatusCompleted && len(r.Result) > 0 && !json.Valid(r.Result) {
 		return Errorf(CodeInvalidInput, "tool result is not valid JSON")
+	}
+	return nil
+}
+
+// CallTokenBytes is the entropy of a call token: 128 bits.
+const CallTokenBytes = 16
+
+// NewCallToken returns a fresh call token: CallTokenBytes from crypto/rand
+// as unpadded base64url, inside the id alphabet [A-Za-z0-9_-].
+func NewCallToken() (string, error) {
+	var b [CallTokenBytes]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("contracts: call token: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// ValidateCallToken checks a call token that came from outside: empty (a
+// call made before tokens) or an id of at most MaxIDLength bytes. Its
+// errors are *Error with code invalid_input, and never repeat the token.
+func ValidateCallToken(what, token string) error {
+	if token != "" && !ValidID(token) {
+		return Errorf(CodeInvalidInput, "%s is not a valid call token: want [A-Za-z0-9_-]{1,%d}", what, MaxIDLength)
 	}
 	return nil
 }

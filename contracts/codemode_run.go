@@ -257,4 +257,8 @@ type CodeModePendingToolCall struct {
 	ToolID string          `json:"toolId"`
 	Source string          `json:"source,omitempty"`
 	Input  json.RawMessage `json:"input"`
+	// Token is set on calls of Source SourceClient: the answer must echo
+	// it (ToolResult.Token). Calls that workers run keep theirs inside
+	// the bus.
+	Token string `json:"token,omitempty"`
 }

@@ -154,6 +154,9 @@ func (e *Event) Validate() error {
 		if p.Tool != "" && !ValidTool(p.Tool) {
 			return Errorf(CodeInvalidInput, "event parent.tool %q is not a valid tool name", clip(p.Tool, 64))
 		}
+		if err := ValidateCallToken("event parent.token", p.Token); err != nil {
+			return err
+		}
 	}
 	if e.Data.Error != nil && !e.Data.Error.Code.Valid() {
 		return Errorf(CodeInvalidInput, "event error code %q is unknown", e.Data.Error.Code)

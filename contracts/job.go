@@ -57,6 +57,11 @@ type Parent struct {
 	// submits, with a ToolResult as input, when the nested job ends. Empty
 	// in jobs of producers that predate the field; see Continuation.
 	Tool string `json:"tool,omitempty"`
+	// Token is the run's secret for this call (NewCallToken): the report
+	// of the job's end echoes it, and the run takes a result only with the
+	// token of the pending call, so a result cannot be forged by guessing
+	// ids. Empty in jobs of runs suspended before tokens existed.
+	Token string `json:"token,omitempty"`
 }
 
 // Continuation returns the tool the end of the nested job is reported to:
@@ -98,6 +103,9 @@ func (j *Job) Validate() error {
 		}
 		if j.Parent.Tool != "" && !ValidTool(j.Parent.Tool) {
 			return Errorf(CodeInvalidInput, "parent.tool %q is not a valid tool name", clip(j.Parent.Tool, 64))
+		}
+		if err := ValidateCallToken("parent.token", j.Parent.Token); err != nil {
+			return err
 		}
 	}
 	if j.TimeoutMs < 0 || j.TimeoutMs > MaxJobTimeout.Milliseconds() {

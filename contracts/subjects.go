@@ -29,6 +29,11 @@ func (s Subjects) EventsStream() string { return strings.ToUpper(s.p()) + "_EVEN
 // DLQStream is the stream of jobs that exhausted their attempts.
 func (s Subjects) DLQStream() string { return strings.ToUpper(s.p()) + "_DLQ" }
 
+// SchedulesStream is the stream of NATS-native schedule messages and their
+// firings: the one stream with message schedules on, written only by the
+// scheduler.
+func (s Subjects) SchedulesStream() string { return strings.ToUpper(s.p()) + "_SCHEDULES" }
+
 // bucket returns the name of a KV bucket or object store: bucket("runs") is
 // "toolq_runs". Callers use the named methods below, so every bucket name
 // is spelled once.
@@ -82,7 +87,8 @@ func (s Subjects) Job(tool string) string { return s.p() + ".jobs." + tool }
 // Jobs is the wildcard of every job subject.
 func (s Subjects) Jobs() string { return s.p() + ".jobs.>" }
 
-// Schedules is the wildcard of NATS-native schedule subjects (in the jobs stream).
+// Schedules is the wildcard of NATS-native schedule subjects (the schedules
+// stream; the jobs stream of deployments made before it had them).
 func (s Subjects) Schedules() string { return s.p() + ".schedules.>" }
 
 // Schedule is the subject of one NATS-native schedule.

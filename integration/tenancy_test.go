@@ -24,8 +24,10 @@ import (
 	"github.com/toolq/toolq/internal/bus"
 	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/producer"
+	"github.com/toolq/toolq/sandbox"
 	"github.com/toolq/toolq/scheduler"
 	"github.com/toolq/toolq/shell"
+	"github.com/toolq/toolq/tools/codemode"
 	"github.com/toolq/toolq/tools/shellexec"
 	"github.com/toolq/toolq/worker"
 )
@@ -132,7 +134,8 @@ func setupTenancy(t *testing.T) *tenancy {
 	quietLog := slog.New(slog.DiscardHandler)
 	w, err := worker.New(b.wnc, &worker.Config{Name: "w1", Builtins: true, Tenants: true, TenantQueueLimit: tenantQueueLimit, Logger: quietLog, StopTimeout: 5 * time.Second})
 	require.NoError(t, err)
-	// hold runs until its job is cancelled or released.
+	// hold runs until its job is cancelled or released; code-mode runs
+	// can call it (toolq:core:hold).
 	require.NoError(t, w.Register("hold", worker.HandlerFunc(func(ctx context.Context, job *contracts.Job) (json.RawMessage, error) {
 		b.holds <- job.ID
 		select {
@@ -141,7 +144,7 @@ func setupTenancy(t *testing.T) *tenancy {
 		case <-b.release(job.ID):
 			return json.RawMessage(`"released"`), nil
 		}
-	}), nil))
+	}), &worker.ToolConfig{Catalog: &contracts.CatalogTool{Description: "Hold until released."}}))
 	// exec, with the default tenant's approver of the toolq account; the
 	// tenants' approvers come from their records.
 	_, err = shellexec.Register(w, b.wnc, &shellexec.Config{
@@ -154,11 +157,16 @@ func setupTenancy(t *testing.T) *tenancy {
 	})
 	require.NoError(t, err)
 	ctx := testutil.Context(t, 30*time.Second)
+	engine, err := sandbox.NewEngine(ctx, &sandbox.EngineConfig{SnapshotKey: []byte("tenancy-key-0123456789abcdef0123456789")})
+	require.NoError(t, err)
+	_, err = codemode.Register(w, b.wnc, &codemode.Config{Engine: engine, Logger: quietLog})
+	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = w.Stop(sctx)
+		_ = engine.Close(sctx)
 	})
 
 	b.acme = connect(nats.Nkey(acmePub, acmeKP.Sign))
@@ -348,11 +356,11 @@ func TestTenancy(t *testing.T) {
 	t.Run("KV records and object-store snapshots of another tenant", func(t *testing.T) {
 		ctx := testutil.Context(t, 20*time.Second)
 		s := contracts.Subjects{}
-		runs, err := b.wjs.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: s.RunsBucket()})
+		runs, err := b.wjs.KeyValue(ctx, s.RunsBucket()) // code mode made it
 		require.NoError(t, err)
 		_, err = runs.Put(ctx, "run-acme", []byte(`{"tenant":"ACME","env":"`+secret+`"}`))
 		require.NoError(t, err)
-		snaps, err := b.wjs.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: s.SnapshotsBucket()})
+		snaps, err := b.wjs.ObjectStore(ctx, s.SnapshotsBucket())
 		require.NoError(t, err)
 		_, err = snaps.PutBytes(ctx, "run-acme", []byte(secret))
 		require.NoError(t, err)
@@ -443,19 +451,88 @@ func TestTenancy(t *testing.T) {
 		}
 
 		// The side route: an ordinary job that names a parent run, whose
-		// end the worker would report to the run as its nested result.
+		// end the worker reports as a nested result — to the attacker's
+		// own tenant's code_mode.result, where no such run exists.
 		ctx := testutil.Context(t, 20*time.Second)
 		job, err := b.globexP.Submit(ctx, worker.ToolNoop, json.RawMessage(`"pwned"`), &producer.SubmitOpts{
-			Parent: &contracts.Parent{RunID: "acme-run", CallID: "c1", Tool: contracts.ToolCodeModeResult},
+			Parent: &contracts.Parent{RunID: "acme-run", CallID: "c1", Tool: contracts.ToolCodeModeResult, Token: "guessed"},
 		})
 		require.NoError(t, err)
 		ev, err := b.globexP.Await(ctx, job.Session, job.ID, nil)
 		require.NoError(t, err)
-		require.Equal(t, contracts.StatusFailed, ev.Data.Status)
-		require.Equal(t, contracts.CodeInvalidInput, ev.Data.Error.Code)
+		require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
+		report, err := b.globexP.Await(ctx, job.Session, contracts.ToolResultJobID(job.ID), nil)
+		require.NoError(t, err)
+		require.Equal(t, contracts.StatusCompleted, report.Data.Status, "%v", report.Data.Error)
+		require.JSONEq(t, `{"recorded":false,"reason":"run gone"}`, string(report.Data.Result))
 		n, err := subjectCount(b, contracts.Subjects{}.JobsStream(), contracts.Subjects{}.Job(contracts.ToolCodeModeResult))
 		require.NoError(t, err)
 		require.Zero(t, n, "a nested result reached the toolq account's jobs")
+		// A parent naming another continuation (exec.decide, which the
+		// agent may not publish itself) is refused.
+		job, err = b.globexP.Submit(ctx, worker.ToolNoop, nil, &producer.SubmitOpts{
+			Parent: &contracts.Parent{RunID: "acme-run", CallID: "c1", Tool: contracts.ToolExecDecide},
+		})
+		require.NoError(t, err)
+		ev, err = b.globexP.Await(ctx, job.Session, job.ID, nil)
+		require.NoError(t, err)
+		require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+		require.Equal(t, contracts.CodeInvalidInput, ev.Data.Error.Code)
+	})
+
+	t.Run("3b code mode for a tenant, and another tenant's reach into its run", func(t *testing.T) {
+		ctx := testutil.Context(t, 60*time.Second)
+		run, err := b.acmeP.SubmitCode(ctx, &contracts.CodeModeExecInput{
+			Code:       `const v = await tools.callValue("toolq:core:hold", {}); return {v, secret: "` + secret + `"};`,
+			AutoResume: true,
+		}, &producer.SubmitOpts{ID: "acme-run"})
+		require.NoError(t, err)
+		waiting, err := b.acmeP.AwaitCodeMode(ctx, run.Session, run.ID, &producer.AwaitOpts{Parked: true})
+		require.NoError(t, err)
+		require.Equal(t, contracts.CodeModeWaiting, waiting.Status, waiting.Error)
+		require.Len(t, waiting.PendingToolCalls, 1)
+		call := waiting.PendingToolCalls[0]
+		nested := <-b.holds
+		require.Equal(t, contracts.NestedJobID(run.ID, call.CallID), nested)
+		n, err := subjectCount(b, contracts.Subjects{}.TenantJobsStream("ACME"), contracts.Subjects{}.TenantJob("ACME", "hold"))
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), n, "the nested call is in the tenant's own stream")
+
+		// The attacker waits on the victim's run id, in the same session name.
+		wait, err := b.globexP.Wait(ctx, run.ID, nil)
+		require.NoError(t, err)
+		wev, err := b.globexP.Await(ctx, wait.Session, wait.ID, nil)
+		require.NoError(t, err)
+		require.Equal(t, contracts.StatusFailed, wev.Data.Status)
+		require.Equal(t, contracts.CodeInvalidInput, wev.Data.Error.Code)
+		require.Contains(t, wev.Data.Error.Message, "unavailable or expired")
+		require.NotContains(t, string(wev.Data.Result)+wev.Data.Error.Message, secret)
+
+		// It cannot publish a result, even with the right ids.
+		tr, err := json.Marshal(contracts.ToolResult{RunID: run.ID, CallID: call.CallID, JobID: nested, Status: contracts.StatusCompleted, Result: json.RawMessage(`"pwned"`)})
+		require.NoError(t, err)
+		forged, err := json.Marshal(contracts.Job{ID: "forged-r", Tool: contracts.ToolCodeModeResult, Session: run.Session, Input: tr, CreatedAt: time.Now().UTC()})
+		require.NoError(t, err)
+		gjs, err := jetstream.New(b.globex)
+		require.NoError(t, err)
+		_, err = gjs.Publish(short(t), "toolq.jobs."+contracts.ToolCodeModeResult, forged, jetstream.WithMsgID("forged-r"))
+		require.Error(t, err, "agents must not publish nested results")
+		// Nor can anyone inside the toolq account who lacks the call's
+		// token: the result is refused and the run is untouched.
+		_, err = b.wjs.Publish(ctx, contracts.Subjects{}.TenantJob("ACME", contracts.ToolCodeModeResult), forged, jetstream.WithMsgID("forged-r"))
+		require.NoError(t, err)
+		fev, err := b.acmeP.Await(ctx, run.Session, "forged-r", nil)
+		require.NoError(t, err)
+		require.Equal(t, contracts.StatusFailed, fev.Data.Status)
+		require.Equal(t, contracts.CodeInvalidInput, fev.Data.Error.Code)
+		require.Contains(t, fev.Data.Error.Message, "token")
+
+		// The real result completes the run with the real value.
+		close(b.release(nested))
+		final, err := b.acmeP.AwaitCodeMode(ctx, run.Session, run.ID, nil)
+		require.NoError(t, err)
+		require.Equal(t, contracts.CodeModeCompleted, final.Status, final.Error)
+		require.JSONEq(t, `{"v":"released","secret":"`+secret+`"}`, string(final.Value))
 	})
 
 	t.Run("4 rewriting the catalog", func(t *testing.T) {
@@ -477,6 +554,25 @@ func TestTenancy(t *testing.T) {
 		after, err := cat.Get(ctx, key)
 		require.NoError(t, err)
 		require.Equal(t, before.Revision(), after.Revision())
+
+		// A tenant's client tools land under its own prefix, which only
+		// its own runs read (tools/codemode's catalog).
+		require.NoError(t, b.globexP.RegisterClientTool(ctx, contracts.CatalogTool{ID: "client:app:lookup", Name: "lookup", Description: "GLOBEX's"}))
+		own, err := cat.Get(ctx, contracts.TenantCatalogKey("GLOBEX", "client:app:lookup"))
+		require.NoError(t, err)
+		require.Contains(t, string(own.Value()), "GLOBEX's")
+		_, err = cat.Get(ctx, contracts.CatalogKey("client:app:lookup"))
+		require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "nothing reached the default tenant's keys")
+		// A roll-up through the import would purge every key of an
+		// ordinary bucket: this one refuses roll-ups.
+		msg := nats.NewMsg(contracts.KVSubject(contracts.Subjects{}.CatalogBucket(), "client.app.lookup"))
+		msg.Data = []byte(`{}`)
+		msg.Header.Set(nats.MsgRollup, nats.MsgRollupAll)
+		_, err = gjs.PublishMsg(short(t), msg)
+		require.Error(t, err, "a roll-up put into the catalog")
+		after, err = cat.Get(ctx, key)
+		require.NoError(t, err)
+		require.Equal(t, before.Revision(), after.Revision(), "the workers' entries survive")
 	})
 
 	t.Run("5 message schedules as a side door", func(t *testing.T) {

@@ -62,10 +62,13 @@ func (p *Producer) AwaitCodeMode(ctx context.Context, session, jobID string, opt
 
 // SubmitToolResult answers a pending call of a code-mode run to a client
 // tool (a tool the requester runs itself: it is listed in the run's waiting
-// result with source "client"). Exactly one of result and toolErr is used:
-// toolErr, when not nil, rejects the call in the guest with its message.
-func (p *Producer) SubmitToolResult(ctx context.Context, session, runID, callID string, result json.RawMessage, toolErr *contracts.Error) error {
-	tr := contracts.ToolResult{RunID: runID, CallID: callID, Status: contracts.StatusCompleted, Result: result}
+// result with source "client"). call is the call as the waiting result
+// lists it: its CallID and the Token the run takes the answer with.
+// Exactly one of result and toolErr is used: toolErr, when not nil,
+// rejects the call in the guest with its message.
+func (p *Producer) SubmitToolResult(ctx context.Context, session, runID string, call contracts.CodeModePendingToolCall, result json.RawMessage, toolErr *contracts.Error) error {
+	callID := call.CallID
+	tr := contracts.ToolResult{RunID: runID, CallID: callID, Status: contracts.StatusCompleted, Result: result, Token: call.Token}
 	if toolErr != nil {
 		tr.Status, tr.Result, tr.Error = contracts.StatusFailed, nil, toolErr
 	}
@@ -76,9 +79,10 @@ func (p *Producer) SubmitToolResult(ctx context.Context, session, runID, callID 
 	if err != nil {
 		return contracts.Errorf(contracts.CodeInvalidInput, "tool result cannot be encoded: %v", err)
 	}
-	// Deterministic per session, run and call: a retried answer enqueues
-	// once, and an answer sent under another session cannot shadow it.
-	sum := sha256.Sum256([]byte(session + "\x00" + runID + "\x00" + callID))
+	// Deterministic per session, run, call and token: a retried answer
+	// enqueues once, and an answer sent under another session or without
+	// the token (refused by the run) cannot take its id first.
+	sum := sha256.Sum256([]byte(session + "\x00" + runID + "\x00" + callID + "\x00" + call.Token))
 	_, err = p.Submit(ctx, contracts.ToolCodeModeResult, input, &SubmitOpts{
 		ID:      "client-" + hex.EncodeToString(sum[:16]),
 		Session: session,
@@ -89,9 +93,10 @@ func (p *Producer) SubmitToolResult(ctx context.Context, session, runID, callID 
 	return err
 }
 
-// RegisterClientTool puts a client tool in the catalog: code-mode runs can
-// call it, and its calls come back to the requester in the waiting result
-// instead of running on a worker.
+// RegisterClientTool puts a client tool in the catalog: code-mode runs of
+// the producer's tenant can call it, and its calls come back to the
+// requester in the waiting result instead of running on a worker. Runs of
+// other tenants never see it; a tenant holds at most 64 client tools.
 func (p *Producer) RegisterClientTool(ctx context.Context, t contracts.CatalogTool) error {
 	t.Source, t.Tool = contracts.SourceClient, ""
 	t.UpdatedAt = time.Now().UTC()
@@ -100,13 +105,21 @@ func (p *Producer) RegisterClientTool(ctx context.Context, t contracts.CatalogTo
 	}
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
-	kv, err := p.js.KeyValue(ctx, p.cfg.Subjects.CatalogBucket())
-	if err != nil {
-		return fmt.Errorf("producer: catalog: %w", err)
-	}
 	data, err := json.Marshal(t)
 	if err != nil {
 		return err
+	}
+	if p.cfg.TenantAccount {
+		// Through the tenant's import: the server files the entry under
+		// t.<tenant>., where only the tenant's own runs see it.
+		if _, err := p.js.Publish(ctx, contracts.KVSubject(p.cfg.Subjects.CatalogBucket(), contracts.CatalogKey(t.ID)), data); err != nil {
+			return fmt.Errorf("producer: register %s: %w", t.ID, err)
+		}
+		return nil
+	}
+	kv, err := p.js.KeyValue(ctx, p.cfg.Subjects.CatalogBucket())
+	if err != nil {
+		return fmt.Errorf("producer: catalog: %w", err)
 	}
 	if _, err := kv.Put(ctx, contracts.CatalogKey(t.ID), data); err != nil {
 		return fmt.Errorf("producer: register %s: %w", t.ID, err)

@@ -41,9 +41,14 @@ func (l *loops) cancelAll() {
 }
 
 // ensureJobsStream creates toolq's streams when the jobs stream is missing
-// (as a worker would), and checks that it allows message schedules.
+// (as a worker would), or when the NATS engine (needSchedules) finds no
+// schedules stream, and checks that the schedules stream allows message
+// schedules.
 func ensureJobsStream(ctx context.Context, c *Client, needSchedules bool) error {
 	name := c.cfg.Subjects.JobsStream()
+	if needSchedules {
+		name = c.cfg.Subjects.SchedulesStream()
+	}
 	st, err := c.js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if err := bus.Ensure(ctx, c.js, bus.Config{Subjects: c.cfg.Subjects, Replicas: c.cfg.Replicas}); err != nil {

@@ -13,10 +13,10 @@ var (
 	ErrNotFound = errors.New("scheduler: schedule not found")
 	// ErrExists is returned by Create for an id that is already taken.
 	ErrExists = errors.New("scheduler: schedule already exists")
-	// ErrSchedulesDisabled is returned by the NATS engine when the jobs
-	// stream does not allow message schedules (nats-server < 2.14 or a
-	// stream created without AllowMsgSchedules).
-	ErrSchedulesDisabled = errors.New("scheduler: the jobs stream does not allow message schedules")
+	// ErrSchedulesDisabled is returned by the NATS engine when the
+	// schedules stream does not allow message schedules (nats-server < 2.14
+	// or a stream created without AllowMsgSchedules).
+	ErrSchedulesDisabled = errors.New("scheduler: the schedules stream does not allow message schedules")
 )
 
 // invalid is shorthand for an invalid_input error.

@@ -40,7 +40,7 @@ type NATSConfig struct {
 }
 
 // NATS is the NATS-native engine. Each schedule is one message on
-// <prefix>.schedules.<id> in the jobs stream carrying a Nats-Schedule header
+// <prefix>.schedules.<id> in the schedules stream carrying a Nats-Schedule header
 // (@at, @every or a cron pattern with Nats-Schedule-Time-Zone); the server
 // fires it by storing a copy on <prefix>.schedules.fire.<id>. A relay — one
 // durable consumer shared by every NATS engine instance — turns each firing
@@ -105,7 +105,7 @@ func (e *NATS) run(ctx, lctx context.Context) error {
 	if _, err := e.bucket(sctx); err != nil {
 		return err
 	}
-	cons, err := e.js.CreateOrUpdateConsumer(sctx, e.cfg.Subjects.JobsStream(), jetstream.ConsumerConfig{
+	cons, err := e.js.CreateOrUpdateConsumer(sctx, e.cfg.Subjects.SchedulesStream(), jetstream.ConsumerConfig{
 		Durable:       relayName,
 		Description:   "toolq scheduler: turns schedule firings into jobs",
 		FilterSubject: e.fireWildcard(),
@@ -232,7 +232,7 @@ func (e *NATS) materialize(ctx context.Context, s *Schedule) {
 func (e *NATS) unmaterialize(ctx context.Context, id string) {
 	ctx, cancel := e.withTimeout(ctx)
 	defer cancel()
-	st, err := e.js.Stream(ctx, e.cfg.Subjects.JobsStream())
+	st, err := e.js.Stream(ctx, e.cfg.Subjects.SchedulesStream())
 	if err != nil {
 		e.log.Error("schedule message not removed", slog.String("id", id), slog.Any("err", err))
 		return

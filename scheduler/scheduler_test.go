@@ -175,10 +175,10 @@ func TestConfigRefused(t *testing.T) {
 	require.NoError(t, e.Stop(context.Background()))
 	<-e.Stopped()
 
-	// A jobs stream without message schedules is refused by the NATS engine.
+	// A schedules stream without message schedules is refused by the NATS engine.
 	js := testutil.JetStream(t, srv.Connect(t))
 	_, err = js.CreateStream(testutil.Context(t, 5*time.Second), jetstream.StreamConfig{
-		Name: contracts.Subjects{}.JobsStream(), Subjects: []string{"toolq.jobs.>", "toolq.schedules.>"},
+		Name: contracts.Subjects{}.SchedulesStream(), Subjects: []string{"toolq.schedules.>"},
 		Retention: jetstream.WorkQueuePolicy,
 	})
 	require.NoError(t, err)
@@ -188,7 +188,7 @@ func TestConfigRefused(t *testing.T) {
 	require.NoError(t, e.Stop(context.Background()), "Stop after a failed Start is harmless")
 
 	// Once the cause is gone, the failed Start can be retried.
-	require.NoError(t, js.DeleteStream(testutil.Context(t, 5*time.Second), contracts.Subjects{}.JobsStream()))
+	require.NoError(t, js.DeleteStream(testutil.Context(t, 5*time.Second), contracts.Subjects{}.SchedulesStream()))
 	require.NoError(t, e.Start(testutil.Context(t, 10*time.Second)))
 	require.ErrorContains(t, e.Start(testutil.Context(t, 5*time.Second)), "already started")
 	require.NoError(t, e.Stop(testutil.Context(t, 10*time.Second)))

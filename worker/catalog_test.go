@@ -100,11 +100,12 @@ func TestNestedJobReportsToParentRun(t *testing.T) {
 			return contracts.ToolResult{}
 		}
 	}
-	parent := &contracts.Parent{RunID: "run1", CallID: "c1", Tool: "batch.result"}
+	parent := &contracts.Parent{RunID: "run1", CallID: "c1", Tool: "batch.result", Token: "tok-of-c1"}
 	job := b.submit(t, worker.ToolNoop, `{"v":42}`, &producer.SubmitOpts{Parent: parent})
 	tr := receive(got)
 	require.Equal(t, "run1", tr.RunID)
 	require.Equal(t, "c1", tr.CallID)
+	require.Equal(t, "tok-of-c1", tr.Token, "the report echoes the call's token")
 	require.Equal(t, job.ID, tr.JobID)
 	require.Equal(t, contracts.StatusCompleted, tr.Status)
 	require.JSONEq(t, `{"v":42}`, string(tr.Result))

@@ -108,6 +108,33 @@ func (w *Worker) reject(t *tool, msg jetstream.Msg, attempt int, cause error) {
 	log.Warn("unreadable job moved to the DLQ", slog.String("error", werr.Message))
 }
 
+// refuseFired moves a job message the server fired from a message schedule
+// (the Nats-Scheduler header) to the DLQ, writing no event: toolq's
+// schedules fire into the schedules stream and reach the jobs through the
+// scheduler's relay as fresh messages, so a fired copy in a jobs stream is a
+// schedule someone slipped into a jobs stream made before schedules had a
+// stream of their own (such a stream keeps message schedules on). Whatever
+// job and session its body names, it is not theirs to answer.
+func (w *Worker) refuseFired(t *tool, msg jetstream.Msg, attempt int) {
+	from := msg.Headers().Get(headerScheduler)
+	werr := contracts.Errorf(contracts.CodeInvalidInput, "job message fired by the message schedule %q: scheduled jobs come from toolq's scheduler only", clipText(from, 128))
+	if err := w.retry(msg, func(ctx context.Context) error { return w.publishDLQ(ctx, t.name, msg.Data(), nil, attempt, werr) }); err != nil {
+		w.log.Error("fired job: dead letter not stored; handing it back", slog.String("tool", t.name), slog.Any("err", err))
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	_ = msg.TermWithReason(string(contracts.CodeInvalidInput))
+	w.log.Warn("job fired by a message schedule refused and moved to the DLQ", slog.String("tool", t.name), slog.String("schedule", clipText(from, 128)))
+}
+
+// clipText cuts s to at most n bytes for a log line or an error.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
 // maxDeliveriesAdvisory is the part of JetStream's MAX_DELIVERIES advisory we use.
 type maxDeliveriesAdvisory struct {
 	Stream     string `json:"stream"`

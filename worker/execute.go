@@ -31,16 +31,18 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		return
 	}
 	attempt := int(md.NumDelivered) //nolint:gosec // G115: at most the consumer's MaxDeliver, an int
+	if msg.Headers().Get(headerScheduler) != "" {
+		w.refuseFired(t, msg, attempt)
+		return
+	}
 	job, err := contracts.DecodeJob(msg.Data())
 	if err == nil {
 		// The tenant comes from the subject, never from the body.
 		var ok bool
 		if job.Tenant, ok = w.cfg.Subjects.TenantOf(msg.Subject()); !ok {
 			err = contracts.Errorf(contracts.CodeInvalidInput, "job subject %q names no valid tenant", msg.Subject())
-		} else if job.Tenant != "" && job.Parent != nil {
-			// Its end would be reported as a nested result to a run of
-			// the default tenant: only runs make nested calls.
-			err = contracts.Errorf(contracts.CodeInvalidInput, "a tenant's job cannot name a parent run")
+		} else {
+			err = checkParent(job)
 		}
 	}
 	if err == nil && job.Tool != t.name {
@@ -196,6 +198,24 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		log.Info("job failed; retrying", slog.Duration("delay", delay), slog.String("error", werr.Message))
 		_ = msg.NakWithDelay(delay)
 	}
+}
+
+// headerScheduler is the header the server puts on a message it stored
+// because a message schedule fired.
+const headerScheduler = "Nats-Scheduler"
+
+// checkParent refuses a tenant's job whose parent names a continuation
+// other than code mode's: its end is reported, as a job the worker
+// publishes, on the tenant's own subject of that tool, and a tenant's
+// agents may not publish code_mode.result or exec.decide themselves. The
+// report can resume only a run of the same tenant, and only with the
+// pending call's token (code mode checks it).
+func checkParent(job *contracts.Job) error {
+	if job.Tenant != "" && job.Parent != nil && job.Parent.Continuation() != contracts.ToolCodeModeResult {
+		return contracts.Errorf(contracts.CodeInvalidInput, "a tenant's job may report its end only to %s, not to parent.tool %q",
+			contracts.ToolCodeModeResult, job.Parent.Tool)
+	}
+	return nil
 }
 
 // checkMsgID refuses a job message whose Nats-Msg-Id is not the job's

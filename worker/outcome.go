@@ -118,14 +118,17 @@ func (w *Worker) ackEnded(log *slog.Logger, msg jetstream.Msg, job *contracts.Jo
 
 // notifyParent reports the end of a nested call to the run that made it:
 // a job of the run's continuation tool (Job.Parent) with a ToolResult as
-// input, deduplicated by a deterministic id.
+// input that echoes the call's token, on the job's own tenant's subject
+// (so it lands in that tenant's jobs stream and can reach only that
+// tenant's runs), deduplicated by a deterministic id.
 func (w *Worker) notifyParent(ctx context.Context, job *contracts.Job, ev *contracts.Event) error {
-	if job.Parent == nil || job.Tenant != "" { // tenants' runs make no nested calls yet
+	if job.Parent == nil || checkParent(job) != nil {
 		return nil
 	}
 	tr := contracts.ToolResult{
 		RunID: job.Parent.RunID, CallID: job.Parent.CallID, JobID: job.ID,
 		Status: ev.Data.Status, Result: ev.Data.Result, Error: ev.Data.Error,
+		Token: job.Parent.Token,
 	}
 	input, err := json.Marshal(tr)
 	if err != nil {
@@ -139,7 +142,7 @@ func (w *Worker) notifyParent(ctx context.Context, job *contracts.Job, ev *contr
 	if err != nil {
 		return err
 	}
-	_, err = w.js.Publish(ctx, w.cfg.Subjects.Job(nj.Tool), data, jetstream.WithMsgID(contracts.DedupID(&nj)))
+	_, err = w.js.Publish(ctx, w.cfg.Subjects.TenantJob(job.Tenant, nj.Tool), data, jetstream.WithMsgID(contracts.DedupID(&nj)))
 	return err
 }
 
@@ -166,8 +169,8 @@ func (w *Worker) park(log *slog.Logger, msg jetstream.Msg, job *contracts.Job, a
 
 // Emit writes the n-th event of status for a job other than the one being
 // handled (a parked job being continued): after the job's current last
-// event, and never after a terminal one. ref needs ID, Session and Tool,
-// and Tenant for a named tenant's job (its events are the tenant's).
+// event, and never after a terminal one. ref needs ID, Session and Tool;
+// its Tenant ("" for the default one) says whose events they are.
 func (w *Worker) Emit(ctx context.Context, ref *contracts.Job, status contracts.Status, n int, result json.RawMessage, werr *contracts.Error) error {
 	if w.events == nil {
 		return errors.New("worker: Emit before Start")
@@ -177,6 +180,11 @@ func (w *Worker) Emit(ctx context.Context, ref *contracts.Job, status contracts.
 	}
 	if err := contracts.ValidateID("session", ref.Session); err != nil {
 		return err
+	}
+	if ref.Tenant != "" {
+		if err := contracts.ValidateID("tenant", ref.Tenant); err != nil {
+			return err
+		}
 	}
 	job := *ref
 	var ev *contracts.Event

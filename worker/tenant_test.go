@@ -188,3 +188,53 @@ func lastEvent(t *testing.T, b *bundle, tenant, session, id string) *contracts.E
 		time.Sleep(20 * time.Millisecond) // polling the server
 	}
 }
+
+// TestTenantNestedReport: a named tenant's job with a parent reports its
+// end, with the call's token, as a code_mode.result job on the tenant's own
+// subject (so in its own jobs stream, to its own runs); a tenant's job
+// whose parent names another continuation is refused and reports nothing.
+func TestTenantNestedReport(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	addTenant(t, b, "ACME")
+	type report struct {
+		tenant, tool string
+		tr           contracts.ToolResult
+	}
+	got := make(chan report, 8)
+	collect := func(_ context.Context, j *contracts.Job) (json.RawMessage, error) {
+		var tr contracts.ToolResult
+		require.NoError(t, json.Unmarshal(j.Input, &tr))
+		got <- report{tenant: j.Tenant, tool: j.Tool, tr: tr}
+		return nil, nil
+	}
+	b.startWorker(t, &worker.Config{Builtins: true, Tenants: true}, func(w *worker.Worker) {
+		require.NoError(t, w.Register(contracts.ToolCodeModeResult, worker.HandlerFunc(collect), nil))
+		require.NoError(t, w.Register("batch.result", worker.HandlerFunc(collect), nil))
+	})
+	ctx := testutil.Context(t, 20*time.Second)
+	s := contracts.Subjects{}
+	publish := func(id, parentTool string) {
+		body := fmt.Sprintf(`{"id":%q,"tool":"noop","session":"s1","input":"v","parent":{"run_id":"r1","call_id":"c1","tool":%q,"token":"secret-token"},"created_at":"2026-01-01T00:00:00Z"}`, id, parentTool)
+		_, err := b.js.Publish(ctx, s.TenantJob("ACME", worker.ToolNoop), []byte(body), jetstream.WithMsgID(id))
+		require.NoError(t, err)
+	}
+	publish("other-continuation", "batch.result")
+	ev := lastEvent(t, b, "ACME", "s1", "other-continuation")
+	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+	require.Equal(t, contracts.CodeInvalidInput, ev.Data.Error.Code)
+
+	publish("nested", contracts.ToolCodeModeResult)
+	require.Equal(t, contracts.StatusCompleted, lastEvent(t, b, "ACME", "s1", "nested").Data.Status)
+	select {
+	case r := <-got:
+		require.Equal(t, "ACME", r.tenant, "the report stays in the job's tenant")
+		require.Equal(t, contracts.ToolCodeModeResult, r.tool)
+		require.Equal(t, "nested", r.tr.JobID)
+		require.Equal(t, "secret-token", r.tr.Token)
+		require.JSONEq(t, `"v"`, string(r.tr.Result))
+	case <-ctx.Done():
+		t.Fatal("no report of the nested job")
+	}
+	require.Empty(t, got, "the refused job reported to nobody")
+}

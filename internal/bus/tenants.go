@@ -21,7 +21,7 @@ func tenantsBucket(cfg Config) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{
 		Bucket:       cfg.Subjects.TenantsBucket(),
 		Description:  "named tenants: each has a jobs stream that workers serving tenants consume",
-		MaxBytes:     tenantsBucketMaxBytes,
+		MaxBytes:     cfg.maxBytes(cfg.Subjects.TenantsBucket()),
 		MaxValueSize: 4 << 10,
 		Storage:      cfg.Storage,
 		Replicas:     cfg.Replicas,
@@ -45,8 +45,9 @@ func (c Config) TenantStreamConfig(rec contracts.TenantRecord) jetstream.StreamC
 		Replicas:    c.Replicas,
 		Duplicates:  c.DuplicateWindow,
 		// The tenant's quota, kept by the server: a publish past it is refused.
-		MaxMsgs: limit,
-		Discard: jetstream.DiscardNew,
+		MaxMsgs:  limit,
+		MaxBytes: c.TenantMaxBytes,
+		Discard:  jetstream.DiscardNew,
 		// No message schedules: nothing but the tenant's own clients, through
 		// its import, writes here.
 	}

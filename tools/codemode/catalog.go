@@ -17,11 +17,31 @@ import (
 )
 
 // catalog mirrors the toolq_catalog bucket in memory.
+//
+// Workers write the entries of their tools (toolq:…, mcp:…) under plain
+// keys, and every run sees them. Client tools are a tenant's own: the
+// default tenant's under plain keys, a named tenant's under
+// t.<tenant>.<key>, which the tenant writes through its import (the server
+// puts the tenant in). A run sees the workers' entries and its own
+// tenant's client tools, never another tenant's.
 type catalog struct {
 	mu      sync.RWMutex
-	entries map[string]contracts.CatalogTool // by id
+	entries map[string]catalogEntry // by bucket key
+	clients map[string]int          // client tools held, by tenant
 	log     *slog.Logger
 }
+
+// catalogEntry is one entry and the tenant it belongs to ("" for the
+// workers' tools and the default tenant's client tools).
+type catalogEntry struct {
+	tool   contracts.CatalogTool
+	tenant string
+}
+
+// MaxClientTools is how many client tools one tenant may hold in the
+// catalog; an entry past it is refused (each run copies its tenant's
+// client tools into its VM).
+const MaxClientTools = 64
 
 // watch loads the bucket and follows it until ctx ends; it returns once the
 // current entries are loaded.
@@ -60,25 +80,72 @@ func (c *catalog) watch(ctx context.Context, kv jetstream.KeyValue, done func())
 func (c *catalog) apply(e jetstream.KeyValueEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	key := e.Key()
 	if e.Operation() != jetstream.KeyValuePut {
-		for id := range c.entries {
-			if contracts.CatalogKey(id) == e.Key() {
-				delete(c.entries, id)
-			}
-		}
+		c.remove(key)
+		return
+	}
+	tenant, idKey, ok := contracts.ParseCatalogKey(key)
+	if !ok {
+		c.log.Warn("catalog entry refused: key of no known shape", slog.String("key", key))
 		return
 	}
 	var t contracts.CatalogTool
 	if err := json.Unmarshal(e.Value(), &t); err != nil {
-		c.log.Warn("catalog entry unreadable", slog.String("key", e.Key()), slog.Any("err", err))
+		c.log.Warn("catalog entry unreadable", slog.String("key", key), slog.Any("err", err))
 		return
 	}
 	// Catalog entries come from any process on the bus: validate them.
-	if err := t.Validate(); err != nil || contracts.CatalogKey(t.ID) != e.Key() {
-		c.log.Warn("catalog entry refused", slog.String("key", e.Key()), slog.Any("err", err))
+	err := t.Validate()
+	switch {
+	case err != nil:
+	case contracts.CatalogKey(t.ID) != idKey:
+		err = fmt.Errorf("entry %q is not stored under its own key", t.ID)
+	case tenant != "" && t.Source != contracts.SourceClient:
+		// Only workers write tools that run on the bus, and they write
+		// plain keys (the bus permissions let nobody else).
+		err = fmt.Errorf("a tenant's entry must be a client tool, not %q", t.Source)
+	}
+	if err != nil {
+		c.log.Warn("catalog entry refused", slog.String("key", key), slog.Any("err", err))
+		c.remove(key) // an entry replaced by a refused one is gone, not kept stale
 		return
 	}
-	c.entries[t.ID] = t
+	client := t.Source == contracts.SourceClient
+	if _, held := c.entries[key]; !held && client && c.clients[tenant] >= MaxClientTools {
+		c.log.Warn("catalog entry refused: the tenant holds the most client tools allowed",
+			slog.String("key", key), slog.String("tenant", tenant), slog.Int("max", MaxClientTools))
+		return
+	}
+	c.remove(key)
+	c.entries[key] = catalogEntry{tool: t, tenant: tenant}
+	if client {
+		c.clients[tenant]++
+	}
+}
+
+// remove drops the entry under key, if any; c.mu is held.
+func (c *catalog) remove(key string) {
+	old, ok := c.entries[key]
+	if !ok {
+		return
+	}
+	delete(c.entries, key)
+	if old.tool.Source == contracts.SourceClient {
+		c.clients[old.tenant]--
+	}
+}
+
+// lookup returns the entry of id that a run of tenant may see.
+func (c *catalog) lookup(tenant, id string) (contracts.CatalogTool, bool) {
+	key := contracts.CatalogKey(id)
+	if strings.HasPrefix(id, contracts.SourceClient+":") {
+		key = contracts.TenantCatalogKey(tenant, id)
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e, ok := c.entries[key]
+	return e.tool, ok
 }
 
 // runCatalog is what one run may use: the sandbox's tools and, by id, how
@@ -88,23 +155,29 @@ type runCatalog struct {
 	refs  map[string]catalogRef
 }
 
-// forRun builds a run's catalog: every entry the worker's policy allows,
+// forRun builds the catalog of a run of tenant: every entry it may see
+// (workers' tools, and its own tenant's client tools) that the worker's
+// policy allows,
 // narrowed to the job's list when it has one, never a denied, direct-only or
 // code-mode tool. The shell exec tool is there only when the worker enables
 // it (shellExec) and the job's list names it: the code-mode contract never
 // exposes the plain shell to guest code by default.
-func (c *catalog) forRun(allow, deny, job []string, shellExec bool) runCatalog {
+func (c *catalog) forRun(tenant string, allow, deny, job []string, shellExec bool) runCatalog {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var rc runCatalog
 	rc.refs = map[string]catalogRef{}
-	ids := make([]string, 0, len(c.entries))
-	for id := range c.entries {
-		ids = append(ids, id)
+	visible := make([]contracts.CatalogTool, 0, len(c.entries))
+	for _, e := range c.entries {
+		// Workers' tools are everyone's; client tools their tenant's.
+		if e.tool.Source == contracts.SourceClient && e.tenant != tenant {
+			continue
+		}
+		visible = append(visible, e.tool)
 	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		t := c.entries[id]
+	sort.Slice(visible, func(i, j int) bool { return visible[i].ID < visible[j].ID })
+	for _, t := range visible {
+		id := t.ID
 		switch {
 		case t.DirectOnly, contracts.IsCodeModeTool(t.Tool), slices.Contains(deny, id):
 			continue

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -61,7 +60,7 @@ func Register(w *worker.Worker, nc *nats.Conn, cfg *Config) (*CodeMode, error) {
 	}
 	cm := &CodeMode{
 		w: w, nc: nc, js: js, cfg: c, log: c.Logger.With(slog.String("worker", w.Name())),
-		catalog: &catalog{entries: map[string]contracts.CatalogTool{}, log: c.Logger},
+		catalog: &catalog{entries: map[string]catalogEntry{}, clients: map[string]int{}, log: c.Logger},
 	}
 	cm.life = lifecycle.New(&lifecycle.Config{Start: cm.start, Stop: cm.stop, ErrStarted: errors.New("codemode: already started")})
 	long := c.MaxSnapshotTTL + time.Minute
@@ -70,10 +69,11 @@ func Register(w *worker.Worker, nc *nats.Conn, cfg *Config) (*CodeMode, error) {
 		h    worker.HandlerFunc
 		tc   *worker.ToolConfig
 	}{
-		// Runs do not carry a tenant yet: code mode serves the default tenant only.
-		{contracts.ToolCodeModeExec, cm.handleExec, &worker.ToolConfig{Timeout: time.Duration(c.MaxLimits.TimeoutMs+c.Limits.TimeoutMs)*time.Millisecond + time.Minute, DefaultTenantOnly: true}},
-		{contracts.ToolCodeModeWait, cm.handleWait, &worker.ToolConfig{Timeout: long, Concurrency: 256, DefaultTenantOnly: true}},
-		{contracts.ToolCodeModeResult, cm.handleResult, &worker.ToolConfig{Retry: worker.RetryPolicy{MaxAttempts: 20, InitialInterval: 100 * time.Millisecond, MaxInterval: 2 * time.Second}, DefaultTenantOnly: true}},
+		// Runs carry the tenant of their exec job's subject: their records,
+		// snapshots, nested jobs and events are that tenant's.
+		{contracts.ToolCodeModeExec, cm.handleExec, &worker.ToolConfig{Timeout: time.Duration(c.MaxLimits.TimeoutMs+c.Limits.TimeoutMs)*time.Millisecond + time.Minute}},
+		{contracts.ToolCodeModeWait, cm.handleWait, &worker.ToolConfig{Timeout: long, Concurrency: 256}},
+		{contracts.ToolCodeModeResult, cm.handleResult, &worker.ToolConfig{Retry: worker.RetryPolicy{MaxAttempts: 20, InitialInterval: 100 * time.Millisecond, MaxInterval: 2 * time.Second}}},
 	}
 	for _, t := range tools {
 		if err := w.Register(t.name, t.h, t.tc); err != nil {
@@ -223,13 +223,30 @@ func failedError(res *sandbox.Result) *contracts.Error {
 	return ce
 }
 
-func sessionAndRun(key string) (session, runID string, ok bool) {
-	i := strings.IndexByte(key, '.')
-	if i <= 0 || i == len(key)-1 {
-		return "", "", false
+// submitJob enqueues a job of a run (a nested call, a resume trigger) on
+// the run's tenant's subject, so it lands in that tenant's jobs stream:
+// deduplicated there, counted against its quota, its events in its
+// subspace. A duplicate (submitted before a crash) is not an error.
+func (c *CodeMode) submitJob(ctx context.Context, tenant string, job *contracts.Job, traceparent string) error {
+	if tenant == "" {
+		if err := c.prod.SubmitJob(ctx, job, traceparent); err != nil && !errors.Is(err, producer.ErrDuplicate) {
+			return err
+		}
+		return nil
 	}
-	session, runID = key[:i], key[i+1:]
-	return session, runID, contracts.ValidID(session) && contracts.ValidID(runID)
+	if err := job.Validate(); err != nil {
+		return err
+	}
+	data, err := json.Marshal(job)
+	if err != nil {
+		return err
+	}
+	msg := &nats.Msg{Subject: c.cfg.Subjects.TenantJob(tenant, job.Tool), Data: data}
+	if traceparent != "" {
+		msg.Header = nats.Header{bus.HeaderTraceParent: []string{traceparent}}
+	}
+	_, err = c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(contracts.DedupID(job)))
+	return err
 }
 
 func isEnded(err error) bool { return errors.Is(err, worker.ErrJobEnded) }
@@ -238,6 +255,7 @@ func isEnded(err error) bool { return errors.Is(err, worker.ErrJobEnded) }
 type RunInfo struct {
 	RunID      string    `json:"runId"`
 	Session    string    `json:"session"`
+	Tenant     string    `json:"tenant,omitempty"`
 	Status     string    `json:"status"`
 	Reason     string    `json:"reason,omitempty"`
 	Pending    int       `json:"pending"`
@@ -248,8 +266,9 @@ type RunInfo struct {
 	Expires    time.Time `json:"expiresAt"`
 }
 
-// ListRuns lists the runs in the runs bucket, of one session or of all
-// (session ""), read straight from NATS: no worker needs to be running.
+// ListRuns lists the runs in the runs bucket, of one session of the
+// default tenant or of all tenants and sessions (session ""), read straight
+// from NATS: no worker needs to be running.
 func ListRuns(ctx context.Context, js jetstream.JetStream, subjects contracts.Subjects, session string) ([]RunInfo, error) {
 	kv, err := js.KeyValue(ctx, subjects.RunsBucket())
 	if err != nil {
@@ -277,11 +296,12 @@ func ListRuns(ctx context.Context, js jetstream.JetStream, subjects contracts.Su
 			continue
 		}
 		var r record
-		if json.Unmarshal(e.Value(), &r) != nil {
+		tenant, _, _, ok := parseRunKey(k)
+		if !ok || json.Unmarshal(e.Value(), &r) != nil {
 			continue
 		}
 		out = append(out, RunInfo{
-			RunID: r.RunID, Session: r.Session, Status: r.Status, Reason: r.Reason,
+			RunID: r.RunID, Session: r.Session, Tenant: tenant, Status: r.Status, Reason: r.Reason,
 			Pending: len(r.Pending), Results: len(r.Results), AutoResume: r.AutoResume,
 			Snapshot: r.SnapshotBytes, Suspended: r.SuspendedAt, Expires: r.ExpiresAt,
 		})

@@ -2,6 +2,8 @@ package codemode_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -112,8 +114,15 @@ func setupB(b *testing.B) *bundle {
 // worker's extensions: the worker starts and stops them.
 func (b *bundle) startWorker(t *testing.T, name string, cfg *codemode.Config, register func(w *worker.Worker)) *worker.Worker {
 	t.Helper()
+	return b.startWorkerWith(t, &worker.Config{Name: name}, cfg, register)
+}
+
+// startWorkerWith is startWorker with the worker's own configuration (its
+// Name, Tenants; the rest is the tests' usual).
+func (b *bundle) startWorkerWith(t *testing.T, wc *worker.Config, cfg *codemode.Config, register func(w *worker.Worker)) *worker.Worker {
+	t.Helper()
 	nc := b.srv.Connect(t)
-	w, err := worker.New(nc, &worker.Config{Name: name, Logger: quiet, StopTimeout: time.Second, Builtins: true})
+	w, err := worker.New(nc, &worker.Config{Name: wc.Name, Tenants: wc.Tenants, Logger: quiet, StopTimeout: time.Second, Builtins: true})
 	require.NoError(t, err)
 	var c codemode.Config
 	if cfg != nil {
@@ -483,26 +492,35 @@ func TestClientToolAnsweredByRequester(t *testing.T) {
 		return {seen, f};`, map[string]any{"autoResume": true}, nil)
 	ev := b.await(t, job, true)
 	require.Equal(t, contracts.StatusWaiting, ev.Data.Status)
-	var w struct {
-		PendingToolCalls []struct {
-			CallID, ToolID, Source string
-			Input                  json.RawMessage
-		} `json:"pendingToolCalls"`
-	}
+	var w contracts.CodeModeResult
 	require.NoError(t, json.Unmarshal(ev.Data.Result, &w))
 	require.Len(t, w.PendingToolCalls, 1)
 	p := w.PendingToolCalls[0]
 	require.Equal(t, "client:app:select_file", p.ToolID)
 	require.Equal(t, "client", p.Source)
 	require.JSONEq(t, `{"prompt":"pick"}`, string(p.Input))
+	require.NotEmpty(t, p.Token, "the requester gets the token of the call it answers")
 
-	// A result for a call of another session's run is not taken.
-	require.NoError(t, b.prod.SubmitToolResult(ctx, "intruder", job.ID, p.CallID, json.RawMessage(`"evil.txt"`), nil))
-	require.NoError(t, b.prod.SubmitToolResult(ctx, job.Session, job.ID, p.CallID, json.RawMessage(`"notes.txt"`), nil))
+	// A result for a call of another session's run is not taken; nor one
+	// without the call's token (the same call id, guessed).
+	require.NoError(t, b.prod.SubmitToolResult(ctx, "intruder", job.ID, p, json.RawMessage(`"evil.txt"`), nil))
+	guessed := contracts.CodeModePendingToolCall{CallID: p.CallID}
+	require.NoError(t, b.prod.SubmitToolResult(ctx, job.Session, job.ID, guessed, json.RawMessage(`"forged.txt"`), nil))
+	forged := b.await(t, &contracts.Job{ID: clientResultID(job.Session, job.ID, guessed), Session: job.Session}, false)
+	require.Equal(t, contracts.StatusFailed, forged.Data.Status)
+	require.Equal(t, contracts.CodeInvalidInput, forged.Data.Error.Code)
+	require.Contains(t, forged.Data.Error.Message, "token")
+	require.NoError(t, b.prod.SubmitToolResult(ctx, job.Session, job.ID, p, json.RawMessage(`"notes.txt"`), nil))
 	final := b.await(t, job, false)
 	require.Equal(t, contracts.StatusCompleted, final.Data.Status, string(final.Data.Result))
 	require.JSONEq(t, `{"seen":true,"f":"notes.txt"}`, string(result(t, final.Data.Result).Value))
-	require.ErrorIs(t, b.prod.SubmitToolResult(ctx, job.Session, "bad id", p.CallID, nil, nil), contracts.ErrInvalidInput)
+	require.ErrorIs(t, b.prod.SubmitToolResult(ctx, job.Session, "bad id", p, nil, nil), contracts.ErrInvalidInput)
+}
+
+// clientResultID is the id SubmitToolResult gives an answer.
+func clientResultID(session, runID string, call contracts.CodeModePendingToolCall) string {
+	sum := sha256.Sum256([]byte(session + "\x00" + runID + "\x00" + call.CallID + "\x00" + call.Token))
+	return "client-" + hex.EncodeToString(sum[:16])
 }
 
 func TestOutputSchemaEnforcedAndTraceCarried(t *testing.T) {

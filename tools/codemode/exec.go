@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolq/toolq/contracts"
-	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/sandbox"
 	"github.com/toolq/toolq/worker"
 )
@@ -97,7 +96,7 @@ func (c *CodeMode) handleExec(ctx context.Context, job *contracts.Job) (json.Raw
 	runID := job.ID
 	// A redelivery of an exec that already suspended: finish what the
 	// crashed attempt left (nested jobs not yet submitted) and answer again.
-	if rec, rev, err := c.store.load(ctx, job.Session, runID); err == nil {
+	if rec, rev, err := c.store.load(ctx, job.Tenant, job.Session, runID); err == nil {
 		if !rec.ended() {
 			if _, err := c.submitPending(ctx, rec, rev); err != nil {
 				return nil, err
@@ -114,11 +113,11 @@ func (c *CodeMode) handleExec(ctx context.Context, job *contracts.Job) (json.Raw
 		return nil, err
 	}
 
-	rc := c.catalog.forRun(c.cfg.Allow, c.cfg.Deny, in.Tools, c.cfg.ShellExec)
+	rc := c.catalog.forRun(job.Tenant, c.cfg.Allow, c.cfg.Deny, in.Tools, c.cfg.ShellExec)
 	out, err := c.cfg.Engine.Exec(ctx, &sandbox.ExecRequest{
 		Input:   sandbox.Input{Code: in.Code, Command: in.Command, Language: in.Language},
 		Catalog: rc.tools, Bridge: &bridge{refs: rc.refs, restartSafe: in.RestartSafe},
-		Limits: limits, RunID: runID, Session: job.Session,
+		Limits: limits, RunID: runID, Session: bindSession(job.Tenant, job.Session),
 	})
 	if err != nil {
 		return nil, err // the job's context ended: the worker reports it
@@ -127,17 +126,19 @@ func (c *CodeMode) handleExec(ctx context.Context, job *contracts.Job) (json.Raw
 	if res.Status != sandbox.StatusWaiting {
 		return finalAnswer(res)
 	}
-	if err := c.checkSuspendedCap(ctx, job.Session); err != nil {
+	if err := c.checkSuspendedCap(ctx, job.Tenant, job.Session); err != nil {
 		return nil, err
 	}
 	now := time.Now()
 	rec := &record{
-		RunID: runID, Session: job.Session, ExecJob: job.ID, Status: runWaiting, Reason: res.Reason,
+		RunID: runID, Session: job.Session, Tenant: job.Tenant, ExecJob: job.ID, Status: runWaiting, Reason: res.Reason,
 		AutoResume: in.AutoResume, RestartSafe: in.RestartSafe, Limits: limits,
 		TTLSeconds: int64(ttl / time.Second), Waits: 1, SuspendedAt: now, ExpiresAt: now.Add(ttl),
 		TraceParent: worker.TraceParent(ctx), Catalog: rc.refs,
 	}
-	rec.Pending = pendingOf(runID, res, rc.refs)
+	if rec.Pending, err = pendingOf(runID, res, rc.refs); err != nil {
+		return nil, err
+	}
 	if in.RestartSafe {
 		rec.Code, rec.Language = in.Code, in.Language
 		if rec.Code == "" {
@@ -179,6 +180,7 @@ func (c *CodeMode) waitingAnswer(rec *record, res *sandbox.Result) (json.RawMess
 			res.PendingToolCalls = append(res.PendingToolCalls, sandbox.PendingToolCall{CallID: p.CallID, ToolID: p.ToolID, Source: p.Source, Input: p.Input})
 		}
 	}
+	clientTokens(res, rec)
 	res.Telemetry.SnapshotBytes = rec.SnapshotBytes
 	data, err := json.Marshal(res)
 	if err != nil {
@@ -187,18 +189,40 @@ func (c *CodeMode) waitingAnswer(rec *record, res *sandbox.Result) (json.RawMess
 	return data, worker.Park(contracts.StatusWaiting, rec.Waits)
 }
 
-func pendingOf(runID string, res *sandbox.Result, refs map[string]catalogRef) []pendingCall {
+// pendingOf records the pending calls of a waiting result, each with a
+// fresh token that its result must echo.
+func pendingOf(runID string, res *sandbox.Result, refs map[string]catalogRef) ([]pendingCall, error) {
 	out := make([]pendingCall, 0, len(res.PendingToolCalls))
 	for _, p := range res.PendingToolCalls {
-		pc := pendingCall{CallID: p.CallID, ToolID: p.ToolID, Source: p.Source, Input: p.Input}
-		if refs[p.ToolID].Source == contracts.SourceClient || p.Source == sandbox.SourceClient {
+		token, err := contracts.NewCallToken()
+		if err != nil {
+			return nil, err
+		}
+		pc := pendingCall{CallID: p.CallID, ToolID: p.ToolID, Source: p.Source, Input: p.Input, Token: token}
+		if isClient(&pc, refs) {
 			pc.Submitted = true // the requester runs client tools
 		} else {
 			pc.JobID = nestedJobID(runID, p.CallID)
 		}
 		out = append(out, pc)
 	}
-	return out
+	return out, nil
+}
+
+func isClient(p *pendingCall, refs map[string]catalogRef) bool {
+	return refs[p.ToolID].Source == contracts.SourceClient || p.Source == sandbox.SourceClient
+}
+
+// clientTokens gives the client calls of a waiting result their tokens:
+// the requester answers them and must echo the token. The tokens of calls
+// that workers run stay on the bus (nested jobs, run records).
+func clientTokens(res *sandbox.Result, rec *record) {
+	for i := range res.PendingToolCalls {
+		pc := &res.PendingToolCalls[i]
+		if p := rec.pending(pc.CallID); p != nil && isClient(p, rec.Catalog) {
+			pc.Token = p.Token
+		}
+	}
 }
 
 // submitPending enqueues the nested jobs of pending calls not yet
@@ -220,11 +244,11 @@ func (c *CodeMode) submitPending(ctx context.Context, rec *record, rev uint64) (
 		}
 		ref := rec.Catalog[p.ToolID]
 		nj := &contracts.Job{
-			ID: p.JobID, Tool: ref.Tool, Session: rec.Session, Input: p.Input,
-			Parent: &contracts.Parent{RunID: rec.RunID, CallID: p.CallID, Tool: contracts.ToolCodeModeResult}, CreatedAt: time.Now().UTC(),
+			ID: p.JobID, Tool: ref.Tool, Session: rec.Session, Input: p.Input, CreatedAt: time.Now().UTC(),
+			Parent: &contracts.Parent{RunID: rec.RunID, CallID: p.CallID, Tool: contracts.ToolCodeModeResult, Token: p.Token},
 		}
 		// A duplicate is this call submitted before a crash: it stands.
-		if err := c.prod.SubmitJob(ctx, nj, rec.TraceParent); err != nil && !errors.Is(err, producer.ErrDuplicate) {
+		if err := c.submitJob(ctx, rec.Tenant, nj, rec.TraceParent); err != nil {
 			return rev, fmt.Errorf("codemode: submit nested call %s: %w", p.CallID, err)
 		}
 	}
@@ -251,7 +275,7 @@ func (c *CodeMode) submitPending(ctx context.Context, rec *record, rev uint64) (
 		if !errors.Is(err, errStale) {
 			return next, err
 		}
-		fresh, freshRev, err := c.store.load(ctx, rec.Session, rec.RunID)
+		fresh, freshRev, err := c.store.load(ctx, rec.Tenant, rec.Session, rec.RunID)
 		if errors.Is(err, errNoRun) {
 			return rev, nil // the run ended
 		}
@@ -268,14 +292,16 @@ func (c *CodeMode) remaining(rec *record) time.Duration {
 	return max(time.Until(rec.ExpiresAt), time.Second)
 }
 
-// checkSuspendedCap refuses a suspension when the session has too many runs.
-func (c *CodeMode) checkSuspendedCap(ctx context.Context, session string) error {
+// checkSuspendedCap refuses a suspension when the session (of the tenant)
+// has too many runs.
+func (c *CodeMode) checkSuspendedCap(ctx context.Context, tenant, session string) error {
 	runs := c.cfg.Subjects.RunsBucket()
 	st, err := c.js.Stream(ctx, contracts.KVStream(runs))
 	if err != nil {
 		return err
 	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(contracts.KVSubject(runs, session+".*")))
+	filter := runKey(tenant, session, "*")
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(contracts.KVSubject(runs, filter)))
 	if err != nil {
 		return err
 	}
@@ -284,7 +310,7 @@ func (c *CodeMode) checkSuspendedCap(ctx context.Context, session string) error 
 	}
 	// The subject count includes the short-lived markers of runs that just
 	// ended: count the live records before refusing.
-	lister, err := c.store.kv.ListKeysFiltered(ctx, session+".*")
+	lister, err := c.store.kv.ListKeysFiltered(ctx, filter)
 	if err != nil {
 		return err
 	}

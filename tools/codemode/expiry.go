@@ -15,37 +15,39 @@ func (c *CodeMode) startExpiry(ctx, lctx context.Context) error {
 	return bus.FollowExpiries(ctx, lctx, c.js, bus.ExpiryConfig{
 		Bucket: c.cfg.Subjects.RunsBucket(), Durable: "codemode_expiry", Logger: c.log,
 		Expired: func(ctx context.Context, key string) error {
-			session, runID, ok := sessionAndRun(key)
+			tenant, session, runID, ok := parseRunKey(key)
 			if !ok {
 				return nil
 			}
-			return c.expire(ctx, session, runID)
+			return c.expire(ctx, tenant, session, runID)
 		},
 	}, &c.loops)
 }
 
-// expire fails an expired run's exec job (unless it already ended) and
-// deletes its snapshot.
-func (c *CodeMode) expire(ctx context.Context, session, runID string) error {
-	ref := &contracts.Job{ID: runID, Session: session, Tool: contracts.ToolCodeModeExec}
+// expire fails an expired run's exec job (unless it already ended), in its
+// tenant's events, and deletes its snapshot.
+func (c *CodeMode) expire(ctx context.Context, tenant, session, runID string) error {
+	ref := &contracts.Job{ID: runID, Session: session, Tool: contracts.ToolCodeModeExec, Tenant: tenant}
 	werr := contracts.Errorf(contracts.CodeTimeout, "code mode run expired: its snapshot outlived snapshotTtlSeconds while waiting")
 	if err := c.w.Emit(ctx, ref, contracts.StatusFailed, 1, nil, werr); err != nil && !isEnded(err) {
 		return err
 	}
-	c.store.dropSnapshot(ctx, session+"."+runID)
-	c.log.Info("code mode run expired", slog.String("run", runID), slog.String("session", session))
+	c.store.dropSnapshot(ctx, runKey(tenant, session, runID))
+	c.log.Info("code mode run expired", slog.String("run", runID), slog.String("session", session), slog.String("tenant", tenant))
 	return nil
 }
 
 // onCancel hears the worker's cancel feed: a cancelled exec job's run is
 // removed with its snapshot and its pending nested jobs are cancelled. Any
-// other job id names no run and is passed over after one lookup.
+// other job id names no run and is passed over after one lookup. The feed
+// carries the default tenant's cancels only: a named tenant's run is not
+// removed by a cancel yet (it ends at its TTL).
 func (c *CodeMode) onCancel(ctx context.Context, session, jobID string) {
 	c.cancelRun(ctx, session, jobID)
 }
 
 func (c *CodeMode) cancelRun(ctx context.Context, session, runID string) {
-	rec, _, err := c.store.load(ctx, session, runID)
+	rec, _, err := c.store.load(ctx, "", session, runID)
 	if err != nil {
 		return
 	}

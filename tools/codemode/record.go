@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/bus"
 	"github.com/toolq/toolq/sandbox"
 )
@@ -22,12 +24,16 @@ const (
 	runFailed    = "failed"
 )
 
-// record is a code-mode run as kept in the toolq_runs bucket under
-// <session>.<run id>. Every write is conditional on the revision read and
+// record is a code-mode run as kept in the toolq_runs bucket under its
+// runKey: <session>.<run id> for the default tenant, <tenant>.<session>.<run
+// id> for a named one. Every write is conditional on the revision read and
 // carries the run's TTL, so an abandoned run expires and leaves a marker.
 type record struct {
 	RunID   string `json:"runId"`
 	Session string `json:"session"`
+	// Tenant is the tenant of the exec job's subject ("" for the default
+	// one), never of a body. load sets it from the key it read.
+	Tenant string `json:"tenant,omitempty"`
 	// ExecJob is the code_mode.exec job (its id is the run id).
 	ExecJob string `json:"execJob"`
 	Status  string `json:"status"`
@@ -73,6 +79,10 @@ type pendingCall struct {
 	JobID     string          `json:"jobId,omitempty"`
 	Input     json.RawMessage `json:"input,omitempty"`
 	Submitted bool            `json:"submitted"`
+	// Token is the call's secret (contracts.NewCallToken), carried in the
+	// nested job's parent and echoed by its result; empty in records
+	// written before tokens, whose results are taken without one.
+	Token string `json:"token,omitempty"`
 }
 
 type callResult struct {
@@ -100,6 +110,15 @@ type lease struct {
 
 func (l *lease) heldBy(other string, now time.Time) bool {
 	return l != nil && l.Owner != other && now.Before(l.Until)
+}
+
+// belongsTo reports whether r is the record of the run that its key names:
+// a record names only its own run, and a snapshot object only under its own
+// key (putSnapshot's name), so no record can lead a resume or a clean-up
+// to another tenant's or session's snapshot.
+func (r *record) belongsTo(tenant, session, runID string) bool {
+	return r.Session == session && r.RunID == runID && (r.Tenant == "" || r.Tenant == tenant) &&
+		(r.SnapshotObject == "" || r.SnapshotObject == runKey(tenant, session, runID))
 }
 
 func (r *record) ended() bool { return r.Status == runCompleted || r.Status == runFailed }
@@ -143,7 +162,38 @@ func (r *record) allBack() bool {
 	return true
 }
 
-func runKey(session, runID string) string { return session + "." + runID }
+// runKey is the key of a run in the runs bucket: <session>.<run id> for
+// the default tenant (as before tenants), <tenant>.<session>.<run id> for
+// a named one. Ids contain no dots, so the number of tokens tells the two
+// apart, a wildcard "<session>.*" matches only the default tenant's keys,
+// and no tenant's key can equal another's.
+func runKey(tenant, session, runID string) string {
+	return contracts.TenantKey(tenant, session+"."+runID)
+}
+
+// parseRunKey is the inverse of runKey; ok is false for any other key.
+func parseRunKey(key string) (tenant, session, runID string, ok bool) {
+	parts := strings.Split(key, ".")
+	switch len(parts) {
+	case 2:
+		session, runID = parts[0], parts[1]
+	case 3:
+		tenant, session, runID = parts[0], parts[1], parts[2]
+		if !contracts.ValidID(tenant) {
+			return "", "", "", false
+		}
+	default:
+		return "", "", "", false
+	}
+	return tenant, session, runID, contracts.ValidID(session) && contracts.ValidID(runID)
+}
+
+// bindSession is what a run's snapshots are bound to besides its run id
+// and step: the session, scoped to the tenant (the session itself for the
+// default tenant, so snapshots made before tenants still restore). A
+// snapshot of one tenant's run is refused by a resume as another tenant's,
+// even under the same run id and session name.
+func bindSession(tenant, session string) string { return contracts.TenantKey(tenant, session) }
 
 // store reads and writes run records and snapshots.
 type store struct {
@@ -156,8 +206,8 @@ type store struct {
 
 var errNoRun = errors.New("codemode: no such run")
 
-func (s *store) load(ctx context.Context, session, runID string) (*record, uint64, error) {
-	e, err := s.kv.Get(ctx, runKey(session, runID))
+func (s *store) load(ctx context.Context, tenant, session, runID string) (*record, uint64, error) {
+	e, err := s.kv.Get(ctx, runKey(tenant, session, runID))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil, 0, errNoRun
@@ -168,6 +218,10 @@ func (s *store) load(ctx context.Context, session, runID string) (*record, uint6
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		return nil, 0, fmt.Errorf("codemode: run record %s: %w", runID, err)
 	}
+	if !r.belongsTo(tenant, session, runID) {
+		return nil, 0, fmt.Errorf("codemode: run record %s: it names another run", runID)
+	}
+	r.Tenant = tenant
 	return &r, e.Revision(), nil
 }
 
@@ -181,7 +235,7 @@ func (s *store) save(ctx context.Context, r *record, rev uint64, ttl time.Durati
 	if err != nil {
 		return 0, err
 	}
-	msg := &nats.Msg{Subject: s.subj + runKey(r.Session, r.RunID), Data: data}
+	msg := &nats.Msg{Subject: s.subj + runKey(r.Tenant, r.Session, r.RunID), Data: data}
 	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
 	if err != nil {
 		if bus.IsWrongLastSequence(err) {
@@ -199,7 +253,7 @@ func (s *store) putSnapshot(ctx context.Context, r *record, snap []byte) error {
 		r.Snapshot, r.SnapshotObject = snap, ""
 		return nil
 	}
-	name := r.Session + "." + r.RunID
+	name := runKey(r.Tenant, r.Session, r.RunID)
 	if _, err := s.obj.PutBytes(ctx, name, snap); err != nil {
 		return fmt.Errorf("codemode: store snapshot of %s: %w", r.RunID, err)
 	}

@@ -2,6 +2,7 @@ package codemode
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,7 +27,7 @@ func (c *CodeMode) handleResult(ctx context.Context, job *contracts.Job) (json.R
 		return nil, worker.Permanent(err)
 	}
 	for range 20 {
-		rec, rev, err := c.store.load(ctx, job.Session, tr.RunID)
+		rec, rev, err := c.store.load(ctx, job.Tenant, job.Session, tr.RunID)
 		if errors.Is(err, errNoRun) {
 			return json.RawMessage(`{"recorded":false,"reason":"run gone"}`), nil
 		}
@@ -51,6 +52,11 @@ func (c *CodeMode) handleResult(ctx context.Context, job *contracts.Job) (json.R
 				return nil, worker.RetryAfter(250*time.Millisecond, errors.New("run is resuming"))
 			}
 			return json.RawMessage(`{"recorded":false,"reason":"no such pending call"}`), nil
+		}
+		if !tokenMatches(p.Token, tr.Token) {
+			// A result nobody was given the token for: refused before it
+			// can touch the run (record, resume, duplicate handling).
+			return nil, worker.Permanent(contracts.Errorf(contracts.CodeInvalidInput, "result for call %s does not carry the call's token", tr.CallID))
 		}
 		if tr.JobID != "" && p.JobID != "" && tr.JobID != p.JobID {
 			return nil, worker.Permanent(contracts.Errorf(contracts.CodeInvalidInput, "result for call %s comes from job %s, not %s", tr.CallID, tr.JobID, p.JobID))
@@ -90,6 +96,16 @@ func (c *CodeMode) handleResult(ctx context.Context, job *contracts.Job) (json.R
 		return json.RawMessage(`{"recorded":true}`), nil
 	}
 	return nil, errors.New("codemode: run record kept changing")
+}
+
+// tokenMatches reports whether a result's token is the pending call's, in
+// constant time. A call recorded without a token (its run suspended before
+// tokens existed, during a rolling upgrade) takes its result without one.
+func tokenMatches(want, got string) bool {
+	if want == "" {
+		return true
+	}
+	return subtle.ConstantTimeCompare([]byte(want), []byte(got)) == 1
 }
 
 // autoResume resumes an autoResume run whose calls are all back. A run

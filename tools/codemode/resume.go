@@ -54,8 +54,8 @@ func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob 
 		out, err = c.cfg.Engine.Resume(ctx, &sandbox.ResumeRequest{
 			Snapshot: snap, Settlements: settle,
 			Bridge: &bridge{refs: rec.Catalog, restartSafe: rec.RestartSafe}, Limits: rec.Limits,
-			// The snapshot must be this run's, of this session, at this step.
-			RunID: rec.RunID, Session: rec.Session, Step: rec.Waits,
+			// The snapshot must be this run's, of this tenant's session, at this step.
+			RunID: rec.RunID, Session: bindSession(rec.Tenant, rec.Session), Step: rec.Waits,
 		})
 		if err == nil && snapshotRefused(&out.Result) {
 			err = fmt.Errorf("%s", out.Result.Error)
@@ -92,7 +92,9 @@ func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob 
 	}
 	old := rec.SnapshotObject
 	rec.Status, rec.Reason, rec.Lease = runWaiting, res.Reason, nil
-	rec.Pending = pendingOf(rec.RunID, res, rec.Catalog)
+	if rec.Pending, err = pendingOf(rec.RunID, res, rec.Catalog); err != nil {
+		return nil, err
+	}
 	rec.Results = nil
 	rec.Waits++
 	rec.SuspendedAt = time.Now()
@@ -113,6 +115,7 @@ func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob 
 		return nil, err
 	}
 	res.Telemetry.SnapshotBytes = rec.SnapshotBytes
+	clientTokens(res, rec)
 	data, _ := json.Marshal(res)
 	if err := c.w.Emit(ctx, c.execRef(rec), contracts.StatusWaiting, rec.Waits, data, nil); err != nil && !errors.Is(err, worker.ErrJobEnded) {
 		c.log.Warn("waiting event not written", slog.String("run", rec.RunID), slog.Any("err", err))
@@ -135,7 +138,7 @@ func (c *CodeMode) saveLeased(ctx context.Context, rec *record, rev uint64, toke
 		if !errors.Is(err, errStale) {
 			return next, err
 		}
-		fresh, freshRev, err := c.store.load(ctx, rec.Session, rec.RunID)
+		fresh, freshRev, err := c.store.load(ctx, rec.Tenant, rec.Session, rec.RunID)
 		if err != nil {
 			return 0, err
 		}
@@ -156,8 +159,10 @@ func (c *CodeMode) saveLeased(ctx context.Context, rec *record, rev uint64, toke
 // call will come back to wake it.
 func yieldTrigger(n int) string { return fmt.Sprintf("yield-step-%d", n) }
 
-// triggerYield enqueues that job for a run that waits only on yields. Its
-// id is deterministic, so a repeat enqueues it once.
+// triggerYield enqueues that job for a run that waits only on yields, on
+// the run's tenant's subject. Its id is deterministic, so a repeat enqueues
+// it once. It carries no token: it records nothing, and resumes only a run
+// that may resume at any moment anyway.
 func (c *CodeMode) triggerYield(ctx context.Context, rec *record) error {
 	if !rec.AutoResume || len(rec.Pending) > 0 || rec.ended() {
 		return nil
@@ -171,7 +176,7 @@ func (c *CodeMode) triggerYield(ctx context.Context, rec *record) error {
 		ID: contracts.ToolResultJobID(nestedJobID(rec.RunID, callID)), Tool: contracts.ToolCodeModeResult,
 		Session: rec.Session, Input: input, CreatedAt: time.Now().UTC(),
 	}
-	if err := c.prod.SubmitJob(ctx, job, rec.TraceParent); err != nil {
+	if err := c.submitJob(ctx, rec.Tenant, job, rec.TraceParent); err != nil {
 		return fmt.Errorf("codemode: resume trigger of %s: %w", rec.RunID, err)
 	}
 	return nil
@@ -186,16 +191,14 @@ func (c *CodeMode) replay(ctx context.Context, rec *record) (*sandbox.Outcome, e
 		answers[r.CallID] = r
 	}
 	tools := make([]sandbox.Tool, 0, len(rec.Catalog))
-	c.catalog.mu.RLock()
 	for id := range rec.Catalog {
-		if t, ok := c.catalog.entries[id]; ok {
+		if t, ok := c.catalog.lookup(rec.Tenant, id); ok {
 			tools = append(tools, toSandbox(t))
 		}
 	}
-	c.catalog.mu.RUnlock()
 	out, err := c.cfg.Engine.Exec(ctx, &sandbox.ExecRequest{
 		Input:   sandbox.Input{Code: rec.Code, Language: rec.Language},
-		Catalog: tools, Limits: rec.Limits, RunID: rec.RunID, Session: rec.Session, Step: rec.Waits + 1,
+		Catalog: tools, Limits: rec.Limits, RunID: rec.RunID, Session: bindSession(rec.Tenant, rec.Session), Step: rec.Waits + 1,
 		Bridge: &bridge{refs: rec.Catalog, restartSafe: true, replay: answers},
 	})
 	if err != nil {
@@ -213,7 +216,7 @@ func snapshotRefused(res *sandbox.Result) bool {
 }
 
 func (c *CodeMode) execRef(rec *record) *contracts.Job {
-	return &contracts.Job{ID: rec.ExecJob, Session: rec.Session, Tool: contracts.ToolCodeModeExec}
+	return &contracts.Job{ID: rec.ExecJob, Session: rec.Session, Tool: contracts.ToolCodeModeExec, Tenant: rec.Tenant}
 }
 
 // finish ends a run: the exec job's terminal event, then the record and
@@ -236,7 +239,7 @@ func (c *CodeMode) finish(ctx context.Context, rec *record, rev uint64, res *san
 // drop removes a run's record and snapshot.
 func (c *CodeMode) drop(ctx context.Context, rec *record) {
 	c.store.dropSnapshot(ctx, rec.SnapshotObject)
-	if err := c.store.kv.Purge(ctx, runKey(rec.Session, rec.RunID), jetstream.PurgeTTL(time.Second)); err != nil {
+	if err := c.store.kv.Purge(ctx, runKey(rec.Tenant, rec.Session, rec.RunID), jetstream.PurgeTTL(time.Second)); err != nil {
 		c.log.Warn("run record not removed", slog.String("run", rec.RunID), slog.Any("err", err))
 	}
 }

@@ -45,14 +45,19 @@ func (c *CodeMode) sweepOnce(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		tenant, session, runID, ok := parseRunKey(key)
+		if !ok {
+			continue
+		}
 		e, err := c.store.kv.Get(ctx, key)
 		if err != nil {
 			continue
 		}
 		var rec record
-		if json.Unmarshal(e.Value(), &rec) != nil {
+		if json.Unmarshal(e.Value(), &rec) != nil || !rec.belongsTo(tenant, session, runID) {
 			continue
 		}
+		rec.Tenant = tenant // the key's, as load does
 		now := time.Now()
 		if !rec.AutoResume || rec.ended() || !rec.resumable(now) || now.Sub(e.Created()) < c.cfg.LeaseTTL/2 {
 			continue

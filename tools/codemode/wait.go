@@ -27,16 +27,16 @@ func (c *CodeMode) handleWait(ctx context.Context, job *contracts.Job) (json.Raw
 	if !contracts.ValidID(in.RunID) {
 		return nil, invalid(msgUnavailable)
 	}
-	key := runKey(job.Session, in.RunID)
+	key := runKey(job.Tenant, job.Session, in.RunID)
 	watch, err := c.store.kv.Watch(ctx, key, jetstream.UpdatesOnly())
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = watch.Stop() }()
 	for {
-		rec, rev, err := c.store.load(ctx, job.Session, in.RunID)
+		rec, rev, err := c.store.load(ctx, job.Tenant, job.Session, in.RunID)
 		if errors.Is(err, errNoRun) {
-			return nil, c.unknownRun(ctx, job.Session, in.RunID)
+			return nil, c.unknownRun(ctx, job.Tenant, job.Session, in.RunID)
 		}
 		if err != nil {
 			return nil, err
@@ -88,14 +88,16 @@ func waitAnswer(res *sandbox.Result) (json.RawMessage, error) {
 	return json.Marshal(res)
 }
 
-// unknownRun tells apart a run of another session from one that does not
-// exist (or expired).
-func (c *CodeMode) unknownRun(ctx context.Context, session, runID string) error {
-	keys, err := c.store.kv.ListKeysFiltered(ctx, "*."+runID)
+// unknownRun tells apart a run of another session of the same tenant from
+// one that does not exist (or expired). Only the tenant's own keys are
+// looked at: another tenant's run of that id is, to this tenant, a run
+// that does not exist, and its existence is not revealed.
+func (c *CodeMode) unknownRun(ctx context.Context, tenant, session, runID string) error {
+	keys, err := c.store.kv.ListKeysFiltered(ctx, runKey(tenant, "*", runID))
 	if err == nil {
 		defer func() { _ = keys.Stop() }()
 		for k := range keys.Keys() {
-			if s, r, ok := sessionAndRun(k); ok && r == runID && s != session {
+			if t, s, r, ok := parseRunKey(k); ok && t == tenant && r == runID && s != session {
 				return invalid(msgOtherSession)
 			}
 		}

@@ -285,11 +285,13 @@ func tenantAccount(s contracts.Subjects, tenant, userKey string, approverKeys []
 	var b strings.Builder
 	root := s.TenantRoot(tenant)
 	cancels := contracts.KVSubject(s.CancelsBucket(), "")
+	catalog := contracts.KVSubject(s.CatalogBucket(), "")
 	direct := "$JS.API.DIRECT.GET." + s.EventsStream() + "."
 	imports := [][2]string{
 		{root + ".jobs.>", s.Jobs()},
 		{root + ".cancel.*", s.Cancels()},
 		{cancels + tenant + ".*", cancels + "*"},
+		{catalog + "t." + tenant + ".client.>", catalog + "client.>"},
 		{direct + root + ".events.>", direct + s.Events()},
 	}
 	fmt.Fprintf(&b, "  # tenant %s\n  %s {\n    users = [\n", tenant, tenant)

@@ -1,0 +1,102 @@
+package codemode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
+	"github.com/toolq/toolq/internal/testutil"
+)
+
+// The catalog keeps tenants apart: workers' tools are everyone's, a
+// client tool is its tenant's own, a tenant cannot put a bus tool in the
+// catalog, and one tenant's flood stops at MaxClientTools without touching
+// anyone else's entries.
+func TestCatalogKeepsTenantsApart(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartJetStream(t)
+	js := testutil.JetStream(t, srv.Connect(t))
+	ctx := testutil.Context(t, 30*time.Second)
+	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
+	kv, err := js.KeyValue(ctx, contracts.Subjects{}.CatalogBucket())
+	require.NoError(t, err)
+
+	put := func(key string, entry contracts.CatalogTool) {
+		t.Helper()
+		data, err := json.Marshal(entry)
+		require.NoError(t, err)
+		_, err = kv.Put(ctx, key, data)
+		require.NoError(t, err)
+	}
+	noop := contracts.CatalogTool{ID: "toolq:core:noop", Tool: "noop", Name: "noop", Source: contracts.SourceToolq}
+	put(contracts.CatalogKey(noop.ID), noop)
+	mine := func(name string) contracts.CatalogTool {
+		return contracts.CatalogTool{ID: "client:app:" + name, Name: name, Source: contracts.SourceClient}
+	}
+	put(contracts.TenantCatalogKey("", "client:app:lookup"), mine("lookup"))
+	put(contracts.TenantCatalogKey("ACME", "client:app:lookup"), mine("lookup"))
+	put(contracts.TenantCatalogKey("ACME", "client:app:acme_only"), mine("acme_only"))
+	// A tenant dressing a bus tool as its own entry: refused.
+	evil := contracts.CatalogTool{ID: "toolq:core:evil", Tool: "noop", Name: "evil", Source: contracts.SourceToolq}
+	put(contracts.TenantCatalogKey("GLOBEX", evil.ID), evil)
+	// An entry under another entry's key: refused.
+	put(contracts.TenantCatalogKey("GLOBEX", "client:app:x"), mine("y"))
+	// GLOBEX floods.
+	for i := range MaxClientTools + 10 {
+		put(contracts.TenantCatalogKey("GLOBEX", fmt.Sprintf("client:flood:t%03d", i)), contracts.CatalogTool{
+			ID: fmt.Sprintf("client:flood:t%03d", i), Name: "flood", Source: contracts.SourceClient,
+		})
+	}
+	last := contracts.TenantCatalogKey("ACME", "client:app:after_flood")
+	put(last, mine("after_flood"))
+
+	c := &catalog{entries: map[string]catalogEntry{}, clients: map[string]int{}, log: slog.New(slog.DiscardHandler)}
+	wctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	require.NoError(t, c.watch(wctx, kv, func() { close(done) }))
+	t.Cleanup(func() { stop(); <-done })
+
+	ids := func(tenant string) []string {
+		var out []string
+		for _, tool := range c.forRun(tenant, nil, nil, nil, false).tools {
+			out = append(out, tool.ID)
+		}
+		return out
+	}
+	require.Eventually(t, func() bool {
+		c.mu.RLock()
+		defer c.mu.RUnlock()
+		_, ok := c.entries[last]
+		return ok
+	}, 10*time.Second, 10*time.Millisecond)
+
+	require.Equal(t, []string{"client:app:lookup", "toolq:core:noop"}, ids(""), "the default tenant: its own client tool and the workers'")
+	require.Equal(t, []string{"client:app:acme_only", "client:app:after_flood", "client:app:lookup", "toolq:core:noop"}, ids("ACME"))
+	globex := ids("GLOBEX")
+	require.Len(t, globex, MaxClientTools+1, "GLOBEX's flood stops at the cap; plus the workers' tool")
+	require.Contains(t, globex, "toolq:core:noop")
+	require.NotContains(t, globex, "toolq:core:evil")
+	require.NotContains(t, globex, "client:app:lookup")
+	require.NotContains(t, globex, "client:app:y")
+
+	// Deleting frees room; a refused replacement removes the stale entry.
+	require.NoError(t, kv.Delete(ctx, contracts.TenantCatalogKey("GLOBEX", "client:flood:t000")))
+	put(contracts.TenantCatalogKey("ACME", "client:app:lookup"), evil)
+	require.Eventually(t, func() bool {
+		return len(ids("GLOBEX")) == MaxClientTools && len(ids("ACME")) == 3
+	}, 10*time.Second, 10*time.Millisecond)
+	_, ok := c.lookup("ACME", "client:app:lookup")
+	require.False(t, ok)
+	got, ok := c.lookup("ACME", "client:app:acme_only")
+	require.True(t, ok)
+	require.Equal(t, "acme_only", got.Name)
+	_, ok = c.lookup("", "client:app:acme_only")
+	require.False(t, ok, "the default tenant does not see ACME's client tool")
+}
