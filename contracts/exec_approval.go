@@ -81,6 +81,11 @@ func (pl *ExecPlan) Hash() string {
 type ExecApproval struct {
 	// ID is a subject-safe id ([A-Za-z0-9_-]{1,128}); see ExecApprovalID.
 	ID string `json:"id"`
+	// Tenant is the tenant of the approval's job ("" for the default one),
+	// as the worker read it from the subject the job arrived on. Approval
+	// ids are unique within a tenant only; the record's key in the
+	// approvals bucket is ExecApprovalKey(Tenant, ID).
+	Tenant string `json:"tenant,omitempty"`
 	// Session and JobID link the approval to its job's events.
 	Session string `json:"session,omitempty"`
 	JobID   string `json:"jobId,omitempty"`
@@ -115,6 +120,10 @@ const ExecMaxReasonBytes = 1024
 // approval or another command. The worker accepts it only with a valid
 // signature from a trusted approver key.
 type ExecDecision struct {
+	// Tenant is the tenant of the approval ("" for the default one). A
+	// decision for a named tenant is signed with it (SigningPayload v2), so
+	// it cannot decide another tenant's approval of the same id and plan.
+	Tenant     string      `json:"tenant,omitempty"`
 	ApprovalID string      `json:"approvalId"`
 	Hash       string      `json:"hash"`
 	Verdict    ExecVerdict `json:"verdict"`
@@ -136,13 +145,17 @@ type ExecDecision struct {
 // over SigningPayload, after setting Approver and Nonce.
 func NewExecDecision(a *ExecApproval, v ExecVerdict, always bool, reason string, now time.Time) ExecDecision {
 	return ExecDecision{
-		ApprovalID: a.ID, Hash: a.Hash, Verdict: v, Always: always, Reason: reason,
+		Tenant: a.Tenant, ApprovalID: a.ID, Hash: a.Hash, Verdict: v, Always: always, Reason: reason,
 		IssuedAt: now.UTC(),
 	}
 }
 
 // SigningPayload is the canonical byte string the signature covers: every
-// field but the signature, length-prefixed.
+// field but the signature, length-prefixed. A decision of the default
+// tenant keeps the v1 payload (no tenant: signatures made before tenants
+// still verify, and can only match an approval without a tenant); one of
+// a named tenant is v2, with the tenant right after the label. The labels
+// differ, so no v1 payload reads as a v2 one.
 func (d *ExecDecision) SigningPayload() []byte {
 	var out []byte
 	var buf [binary.MaxVarintLen64]byte
@@ -151,7 +164,12 @@ func (d *ExecDecision) SigningPayload() []byte {
 		out = append(out, buf[:n]...)
 		out = append(out, s...)
 	}
-	put("toolq.exec.decision.v1")
+	if d.Tenant == "" {
+		put("toolq.exec.decision.v1")
+	} else {
+		put("toolq.exec.decision.v2")
+		put(d.Tenant)
+	}
 	put(d.ApprovalID)
 	put(d.Hash)
 	put(string(d.Verdict))
@@ -171,8 +189,13 @@ const (
 	ExecApprovalCancelled = "cancelled"
 )
 
+// ExecApprovalKey is the key of tenant's approval id in the approvals
+// bucket: the id for the default tenant, <tenant>.<id> otherwise
+// (TenantKey), so two tenants' approvals of the same id never share a key.
+func ExecApprovalKey(tenant, id string) string { return TenantKey(tenant, id) }
+
 // ExecApprovalRecord is an approval as kept in the approvals bucket
-// (Subjects.ApprovalsBucket) under its id. It is created pending with the
+// (Subjects.ApprovalsBucket) under ExecApprovalKey(tenant, id). It is created pending with the
 // approval's TTL (its expiry denies the job with reason timeout) and
 // decided once, by a write conditional on the revision read.
 type ExecApprovalRecord struct {

@@ -23,10 +23,13 @@ type ExecResult struct {
 
 // ExecPendingResult is the result of an exec job's approval_pending event.
 type ExecPendingResult struct {
-	ApprovalID string     `json:"approvalId"`
-	Command    string     `json:"command"`
-	Argv       [][]string `json:"argv,omitempty"`
-	Workdir    string     `json:"workdir,omitempty"`
+	ApprovalID string `json:"approvalId"`
+	// Tenant is the approval's tenant ("" for the default one), written by
+	// the worker: an approver signs its decision with it.
+	Tenant  string     `json:"tenant,omitempty"`
+	Command string     `json:"command"`
+	Argv    [][]string `json:"argv,omitempty"`
+	Workdir string     `json:"workdir,omitempty"`
 	// Env are the job's env overrides that will be set for the command.
 	Env  map[string]string `json:"env,omitempty"`
 	Host ExecHost          `json:"host"`
@@ -39,6 +42,22 @@ type ExecPendingResult struct {
 	Background bool      `json:"background,omitempty"`
 	ExpiresAt  time.Time `json:"expiresAt"`
 	Hash       string    `json:"hash"`
+	// Script, Shell and Path complete the plan, so that an approver who
+	// reads only this event (a tenant's, who cannot read the approvals
+	// bucket) can check that the plan hashes to Hash before signing.
+	Script string   `json:"script,omitempty"`
+	Shell  string   `json:"shell,omitempty"`
+	Path   []string `json:"path,omitempty"`
+	// CreatedAt is when the approval was made.
+	CreatedAt time.Time `json:"createdAt,omitzero"`
+}
+
+// Plan is the plan the pending approval binds, rebuilt from the event.
+func (p *ExecPendingResult) Plan() ExecPlan {
+	return ExecPlan{
+		Command: p.Command, Script: p.Script, Shell: p.Shell, Argv: p.Argv, Workdir: p.Workdir,
+		Env: p.Env, Path: p.Path, Host: p.Host, TimeoutMs: p.TimeoutMs,
+	}
 }
 
 // ExecDeniedResult is the result of an exec job's denied event; its error

@@ -60,6 +60,13 @@ func TestExecWireNames(t *testing.T) {
 	}
 	require.Equal(t, "16746f6f6c712e657865632e6465636973696f6e2e7631026131016807617070726f76650474727565026f6b04554142430a31303030303030303032016e",
 		hex.EncodeToString(d.SigningPayload()))
+	// A named tenant's decision is v2: the tenant is signed too.
+	dt := d
+	dt.Tenant = "ACME"
+	require.Equal(t, "16746f6f6c712e657865632e6465636973696f6e2e76320441434d45026131016807617070726f76650474727565026f6b04554142430a31303030303030303032016e",
+		hex.EncodeToString(dt.SigningPayload()))
+	require.Equal(t, "ACME.a1", contracts.ExecApprovalKey("ACME", "a1"))
+	require.Equal(t, "a1", contracts.ExecApprovalKey("", "a1"))
 
 	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 	rec := contracts.ExecApprovalRecord{

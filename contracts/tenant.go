@@ -56,6 +56,11 @@ type TenantRecord struct {
 	// tools; a submit past it is refused by the server. 0 takes the
 	// workers' default.
 	QueueLimit int64 `json:"queueLimit,omitempty"`
+	// Approvers are the public nkeys (user "U…" or account "A…") whose
+	// signed decisions approve or deny the tenant's exec commands. They are
+	// the tenant's only approvers unless the workers also let their own
+	// approvers decide for tenants.
+	Approvers []string `json:"approvers,omitempty"`
 	// Added is when the entry was written.
 	Added time.Time `json:"added"`
 }

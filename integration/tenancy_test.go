@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,7 +26,9 @@ import (
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/sandbox"
 	"github.com/toolq/toolq/scheduler"
+	"github.com/toolq/toolq/shell"
 	"github.com/toolq/toolq/tools/codemode"
+	"github.com/toolq/toolq/tools/shellexec"
 	"github.com/toolq/toolq/worker"
 )
 
@@ -34,6 +37,9 @@ const (
 	acmeExampleKey     = "UBDZLVZYZHAIEZVKPZKHLGERGHHQXP52JLOHIDJO5QH3GW3LR54BK3QZ"
 	globexExampleKey   = "UBOZUWEMU5RQ35PIJTIG2BF46KEIRK2RGKBZBVFWIRGHNB4S7RYQY2WI"
 	approverExampleKey = "UB67T6C5ATSMBT4ZJ7AELG52PIQ2DUFW54YI6CPMPCCKGBAR6CWGXM3Z"
+	// The tenants' exec approvers (TENANT_APPROVER users).
+	acmeApproverExampleKey   = "UDBVUJXZSJQ6Q7HES53BTQTW5UYAMTX4REX7DCOZNHXHNW7CLH75R3U6"
+	globexApproverExampleKey = "UCCQTAX26CL7NRJDLGXASSP2X3FXTQLXQVEKL2L7GZ4AYV22HQQ4HC4O"
 	// tenantQueueLimit is the workers' cap of one tenant's queued jobs per tool.
 	tenantQueueLimit = 3
 	// secret is what the victim's job body and result carry.
@@ -52,7 +58,12 @@ type tenancy struct {
 	acme, globex *nats.Conn
 	acmeP        *producer.Producer // the victim
 	globexP      *producer.Producer // the attacker
-	holds        chan string        // job ids of hold jobs as they start
+	// The tenants' exec approvers: nkey users of the tenants' accounts
+	// (TENANT_APPROVER) whose keys the tenants' records list.
+	acmeApprover, globexApprover nkeys.KeyPair
+	approverSeeds                map[string]string // tenant -> seed file
+	approverConns                map[string]*nats.Conn
+	holds                        chan string // job ids of hold jobs as they start
 
 	mu       sync.Mutex
 	releases map[string]chan struct{} // by hold job id
@@ -77,12 +88,15 @@ func setupTenancy(t *testing.T) *tenancy {
 	acmeKP, acmePub := userKey(t)
 	globexKP, globexPub := userKey(t)
 	_, approverPub := userKey(t)
-	for _, k := range []string{acmeExampleKey, globexExampleKey, approverExampleKey} {
+	acmeApprover, acmeApproverPub := userKey(t)
+	globexApprover, globexApproverPub := userKey(t)
+	for _, k := range []string{acmeExampleKey, globexExampleKey, approverExampleKey, acmeApproverExampleKey, globexApproverExampleKey} {
 		require.Contains(t, string(conf), k, "the example key moved: update this test")
 	}
 	text := strings.NewReplacer(
 		"$TOOLQ_WORKER_PASSWORD", `"worker-secret"`, "$TOOLQ_SCHEDULER_PASSWORD", `"scheduler-secret"`,
 		acmeExampleKey, acmePub, globexExampleKey, globexPub, approverExampleKey, approverPub,
+		acmeApproverExampleKey, acmeApproverPub, globexApproverExampleKey, globexApproverPub,
 	).Replace(string(conf))
 	// One addition, a user of the toolq account with every permission: it
 	// stands in for the server when a test needs a real advisory.
@@ -92,7 +106,11 @@ func setupTenancy(t *testing.T) *tenancy {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tenants.conf")
 	require.NoError(t, os.WriteFile(path, []byte(text), 0o600)) //nolint:gosec // G703: a fixed name in the test's temp dir
-	b := &tenancy{holds: make(chan string, 16), releases: map[string]chan struct{}{}}
+	b := &tenancy{
+		holds: make(chan string, 16), releases: map[string]chan struct{}{},
+		acmeApprover: acmeApprover, globexApprover: globexApprover,
+		approverSeeds: map[string]string{}, approverConns: map[string]*nats.Conn{},
+	}
 	b.srv = testutil.StartServerProcess(t, filepath.Join(dir, "js"), "-c", path)
 
 	connect := func(o ...nats.Option) *nats.Conn {
@@ -107,9 +125,11 @@ func setupTenancy(t *testing.T) *tenancy {
 	b.sched = connect(nats.UserInfo("scheduler", "scheduler-secret"))
 	b.wjs, err = jetstream.New(b.wnc)
 	require.NoError(t, err)
-	// The operator registers both tenants (`toolq tenant add` does this).
-	for _, name := range []string{"ACME", "GLOBEX"} {
-		require.NoError(t, bus.AddTenant(testutil.Context(t, 10*time.Second), b.wjs, bus.Config{TenantQueueLimit: tenantQueueLimit}, contracts.TenantRecord{Name: name}))
+	// The operator registers both tenants with their approvers (`toolq
+	// tenant register --approver` does this).
+	for name, key := range map[string]string{"ACME": acmeApproverPub, "GLOBEX": globexApproverPub} {
+		require.NoError(t, bus.AddTenant(testutil.Context(t, 10*time.Second), b.wjs, bus.Config{TenantQueueLimit: tenantQueueLimit},
+			contracts.TenantRecord{Name: name, Approvers: []string{key}}))
 	}
 	quietLog := slog.New(slog.DiscardHandler)
 	w, err := worker.New(b.wnc, &worker.Config{Name: "w1", Builtins: true, Tenants: true, TenantQueueLimit: tenantQueueLimit, Logger: quietLog, StopTimeout: 5 * time.Second})
@@ -125,6 +145,17 @@ func setupTenancy(t *testing.T) *tenancy {
 			return json.RawMessage(`"released"`), nil
 		}
 	}), &worker.ToolConfig{Catalog: &contracts.CatalogTool{Description: "Hold until released."}}))
+	// exec, with the default tenant's approver of the toolq account; the
+	// tenants' approvers come from their records.
+	_, err = shellexec.Register(w, b.wnc, &shellexec.Config{
+		Policy: shell.Policy{
+			Security: shell.SecurityAllowlist, Ask: shell.AskOnMiss, Allowlist: []string{"/usr/bin/echo"},
+			EnvAllow: []string{"DB_PASSWORD"},
+		},
+		Runner:    shell.RunnerConfig{ScratchDir: t.TempDir()},
+		Approvers: []string{approverPub}, Tenants: true, Logger: quietLog,
+	})
+	require.NoError(t, err)
 	ctx := testutil.Context(t, 30*time.Second)
 	engine, err := sandbox.NewEngine(ctx, &sandbox.EngineConfig{SnapshotKey: []byte("tenancy-key-0123456789abcdef0123456789")})
 	require.NoError(t, err)
@@ -143,6 +174,16 @@ func setupTenancy(t *testing.T) *tenancy {
 	// Both tenants use the same session name: sessions are not the wall.
 	b.acmeP = tenantProducer(t, b.acme)
 	b.globexP = tenantProducer(t, b.globex)
+	for tenant, kp := range map[string]nkeys.KeyPair{"ACME": acmeApprover, "GLOBEX": globexApprover} {
+		seed, err := kp.Seed()
+		require.NoError(t, err)
+		path := filepath.Join(dir, tenant+"-approver.nk")
+		require.NoError(t, os.WriteFile(path, seed, 0o600)) //nolint:gosec // G703: a fixed name in the test's temp dir
+		b.approverSeeds[tenant] = path
+		pub, err := kp.PublicKey()
+		require.NoError(t, err)
+		b.approverConns[tenant] = connect(nats.Nkey(pub, kp.Sign))
+	}
 	return b
 }
 
@@ -628,6 +669,8 @@ func TestTenancy(t *testing.T) {
 		require.Contains(t, string(vev.Data.Result), secret)
 	})
 
+	t.Run("8 exec approvals are the tenant's own", func(t *testing.T) { b.execApprovals(t) })
+
 	t.Run("a tenant's queue is capped, not the others'", func(t *testing.T) {
 		ctx := testutil.Context(t, 10*time.Second)
 		var err error
@@ -702,4 +745,116 @@ func subjectCount(b *tenancy, stream, filter string) (uint64, error) {
 		n += c
 	}
 	return n, nil
+}
+
+// execApprovals: ACME's exec command that needs approval parks; GLOBEX's
+// approver, logged in as GLOBEX's TENANT_APPROVER, cannot read its plan
+// (whose env holds the secret) and cannot decide it, even signing for the
+// right id and hash; ACME's approver approves it with `toolq approve`
+// under ACME's credentials, reading the plan from ACME's own events, and
+// it runs.
+func (b *tenancy) execApprovals(t *testing.T) {
+	t.Helper()
+	const id = "acme-exec"
+	gx := b.approverConns["GLOBEX"]
+	// The attacker's approver listens to everything it can name.
+	var subs []*nats.Subscription
+	for _, subject := range []string{">", "toolq.>", "toolq.events.>", "$KV.>", "_INBOX.>"} {
+		sub, err := gx.SubscribeSync(subject)
+		require.NoError(t, err)
+		subs = append(subs, sub)
+	}
+	require.NoError(t, gx.Flush())
+
+	ctx := testutil.Context(t, 60*time.Second)
+	job, err := b.acmeP.SubmitExec(ctx, &contracts.ExecInput{Command: "seq 2", Env: map[string]string{"DB_PASSWORD": secret}}, &producer.SubmitOpts{ID: id})
+	require.NoError(t, err)
+	ev, err := b.acmeP.Await(ctx, job.Session, job.ID, &producer.AwaitOpts{Parked: true})
+	require.NoError(t, err)
+	require.Equal(t, contracts.StatusApprovalPending, ev.Data.Status, "%s %v", ev.Data.Result, ev.Data.Error)
+	var pending contracts.ExecPendingResult
+	require.NoError(t, json.Unmarshal(ev.Data.Result, &pending))
+	require.Equal(t, "ACME", pending.Tenant)
+	require.Equal(t, secret, pending.Env["DB_PASSWORD"], "ACME's approver will see the env")
+
+	// GLOBEX's approver cannot read ACME's plan: not through its producer,
+	// not by direct gets of events or of the approvals bucket.
+	gxP := tenantProducer(t, gx)
+	_, err = gxP.Approval(ctx, id)
+	require.ErrorIs(t, err, producer.ErrNoApproval)
+	for _, rq := range []struct{ subject, body string }{
+		{"$JS.API.DIRECT.GET.TOOLQ_EVENTS.toolq.events.*." + id, ""},
+		{"$JS.API.DIRECT.GET.TOOLQ_EVENTS.toolq.t.ACME.events.*." + id, ""},
+		{"$JS.API.DIRECT.GET.KV_toolq_approvals.$KV.toolq_approvals.ACME." + id, ""},
+		{"$JS.API.DIRECT.GET.KV_toolq_approvals.$KV.toolq_approvals.>", ""},
+		{"$JS.API.STREAM.MSG.GET.KV_toolq_approvals", `{"last_by_subj":"$KV.toolq_approvals.ACME.` + id + `"}`},
+	} {
+		resp, err := gx.Request(rq.subject, []byte(rq.body), 500*time.Millisecond)
+		refused(t, rq.subject, resp, err)
+	}
+	// It cannot decide it: it knows the id and (worst case) the hash, and
+	// signs for ACME or for itself; the decision lands on GLOBEX's subject.
+	for _, tenant := range []string{"ACME", "GLOBEX"} {
+		d := shell.NewDecision(&shell.Approval{ID: id, Tenant: tenant, Hash: pending.Hash}, shell.Approve, false, "", time.Now())
+		seed, err := b.globexApprover.Seed()
+		require.NoError(t, err)
+		d, err = shell.SignDecision(d, seed)
+		require.NoError(t, err)
+		dj, err := gxP.Decide(ctx, &d, nil)
+		require.NoError(t, err)
+		dev, err := gxP.Await(ctx, dj.Session, dj.ID, nil)
+		require.NoError(t, err)
+		require.Equal(t, contracts.StatusFailed, dev.Data.Status, "GLOBEX's decision signed for %s", tenant)
+	}
+	// Nor publish into ACME's subspace, nor submit other jobs.
+	gjs, err := jetstream.New(gx)
+	require.NoError(t, err)
+	for _, subject := range []string{"toolq.t.ACME.jobs.exec.decide", "toolq.jobs.exec", "toolq.jobs.noop"} {
+		_, err = gjs.Publish(short(t), subject, []byte(`{}`))
+		require.Error(t, err, subject)
+	}
+	// ACME's agent may not decide: only its approver role may.
+	ajs, err := jetstream.New(b.acme)
+	require.NoError(t, err)
+	_, err = ajs.Publish(short(t), "toolq.jobs.exec.decide", []byte(`{}`))
+	require.Error(t, err)
+	// GLOBEX's approver with the CLI: the approval is unknown to it.
+	out, err := exec.CommandContext(ctx, toolq(t), "--nats", b.srv.URL(), "--nkey-seed", b.approverSeeds["GLOBEX"], "--tenant-account",
+		"approve", id, "--seed-file", b.approverSeeds["GLOBEX"], "--yes").CombinedOutput()
+	require.Error(t, err, "%s", out)
+	require.Contains(t, string(out), "unknown or expired")
+	require.NotContains(t, string(out), secret)
+	last, err := b.acmeP.Await(ctx, job.Session, job.ID, &producer.AwaitOpts{Parked: true})
+	require.NoError(t, err)
+	require.Equal(t, contracts.StatusApprovalPending, last.Data.Status, "an attack moved ACME's approval")
+
+	// ACME's approver with the CLI, under ACME's credentials: the plan is
+	// shown from ACME's own event, signed, and the command runs.
+	cmd := exec.CommandContext(ctx, toolq(t), "--nats", b.srv.URL(), "--nkey-seed", b.approverSeeds["ACME"], "--tenant-account",
+		"approve", id, "--seed-file", b.approverSeeds["ACME"], "--expect-hash", pending.Hash, "--wait")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "stdout %s\nstderr %s", stdout.String(), stderr.String())
+	require.Contains(t, stderr.String(), "tenant:   ACME")
+	require.Contains(t, stderr.String(), "DB_PASSWORD")
+	end, err := b.acmeP.Await(ctx, job.Session, job.ID, nil)
+	require.NoError(t, err)
+	require.Equal(t, contracts.StatusCompleted, end.Data.Status, "%v", end.Data.Error)
+	res, _, err := producer.ExecResult(end)
+	require.NoError(t, err)
+	require.Equal(t, "1\n2\n", res.Stdout)
+
+	// Nothing the attacker's approver heard carries ACME's secret.
+	heard := 0
+	for _, sub := range subs {
+		for {
+			m, err := sub.NextMsg(100 * time.Millisecond)
+			if err != nil {
+				break
+			}
+			heard++
+			require.NotContains(t, string(m.Data), secret, "on %s", m.Subject)
+		}
+	}
+	require.NotZero(t, heard, "the attacker's approver hears its own decisions' events")
 }

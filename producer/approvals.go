@@ -38,12 +38,20 @@ func (p *Producer) SubmitExec(ctx context.Context, in *contracts.ExecInput, opts
 // status. An approver reads it to sign a decision for exactly that plan
 // (contracts.NewExecDecision, then a signature over its SigningPayload).
 // It returns ErrNoApproval for an approval that does not exist.
+//
+// On a tenant account (Config.TenantAccount) the bucket is out of reach:
+// the record is rebuilt from the job's approval_pending event, read by the
+// imported direct get among the tenant's own events, and only a pending
+// approval is found (ErrNoApproval otherwise).
 func (p *Producer) Approval(ctx context.Context, id string) (*contracts.ExecApprovalRecord, error) {
 	if err := contracts.ValidateID("approval id", id); err != nil {
 		return nil, err
 	}
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
+	if p.cfg.TenantAccount {
+		return p.pendingApproval(ctx, id)
+	}
 	kv, err := p.js.KeyValue(ctx, p.cfg.Subjects.ApprovalsBucket())
 	if err != nil {
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -63,6 +71,37 @@ func (p *Producer) Approval(ctx context.Context, id string) (*contracts.ExecAppr
 		return nil, fmt.Errorf("producer: approval record %s: %w", id, err)
 	}
 	return &rec, nil
+}
+
+// pendingApproval rebuilds approval id from its job's approval_pending
+// event (the approval id is the job id; the session is any of the
+// tenant's).
+func (p *Producer) pendingApproval(ctx context.Context, id string) (*contracts.ExecApprovalRecord, error) {
+	if err := p.init(ctx); err != nil {
+		return nil, err
+	}
+	ev, _, err := p.events.Last(ctx, "*", id)
+	if err != nil {
+		return nil, fmt.Errorf("producer: approval %s: %w", id, err)
+	}
+	if ev == nil || ev.Data.Status != contracts.StatusApprovalPending || ev.Data.JobID != id {
+		return nil, fmt.Errorf("%w: %s (no exec job of this id waits for approval)", ErrNoApproval, id)
+	}
+	var pr contracts.ExecPendingResult
+	if err := json.Unmarshal(ev.Data.Result, &pr); err != nil {
+		return nil, fmt.Errorf("producer: approval %s: pending event: %w", id, err)
+	}
+	if pr.ApprovalID != id {
+		return nil, fmt.Errorf("%w: %s (its pending event names approval %q)", ErrNoApproval, id, pr.ApprovalID)
+	}
+	return &contracts.ExecApprovalRecord{
+		Approval: contracts.ExecApproval{
+			ID: pr.ApprovalID, Tenant: pr.Tenant, Session: ev.Data.Session, JobID: ev.Data.JobID,
+			Plan: pr.Plan(), Reason: pr.Reason, Misses: pr.Misses, Unlisted: pr.Unlisted,
+			CreatedAt: pr.CreatedAt, ExpiresAt: pr.ExpiresAt, Hash: pr.Hash,
+		},
+		Tool: ev.Data.Tool, Background: pr.Background, Status: contracts.ExecApprovalPending,
+	}, nil
 }
 
 // Decide submits a signed decision on an approval as an exec.decide job.

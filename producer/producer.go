@@ -243,10 +243,14 @@ type AwaitOpts struct {
 	// Parked also returns on a parked status (waiting, approval_pending),
 	// not only on a terminal one.
 	Parked bool
+	// Progress also returns on a progress event (an exec.decide job asked
+	// for progress writes one as soon as its decision is applied).
+	Progress bool
 }
 
 func (o *AwaitOpts) match(s contracts.Status) bool {
-	return s.Terminal() || (o != nil && o.Parked && s.Parked())
+	return s.Terminal() || (o != nil && o.Parked && s.Parked()) ||
+		(o != nil && o.Progress && s == contracts.StatusProgress)
 }
 
 // Await returns the terminal event of a job (or, with Parked, the first

@@ -158,6 +158,8 @@ func checkShape(d *ApprovalDecision) error {
 	switch {
 	case !contracts.ValidID(d.ApprovalID):
 		return fmt.Errorf("%w: approval id", ErrMalformedDecision)
+	case d.Tenant != "" && !contracts.ValidID(d.Tenant):
+		return fmt.Errorf("%w: tenant", ErrMalformedDecision)
 	case d.Verdict != Approve && d.Verdict != Reject:
 		return fmt.Errorf("%w: verdict %q", ErrMalformedDecision, clip(string(d.Verdict)))
 	case d.Always && d.Verdict != Approve:
@@ -177,7 +179,8 @@ func checkShape(d *ApprovalDecision) error {
 const ClockSkew = 2 * time.Minute
 
 // VerifyDecision checks that d is a valid, signed answer to approval a from
-// one of the trusted approver public keys, at time now. It is pure: "decide
+// one of the trusted approver public keys, at time now: trusted must be
+// the approvers of a's tenant, and d must name that tenant. It is pure: "decide
 // once" is the bus layer's CAS on the approval record.
 func VerifyDecision(d *ApprovalDecision, a *Approval, trusted []string, now time.Time) error {
 	if d == nil || a == nil {
@@ -202,6 +205,9 @@ func VerifyDecision(d *ApprovalDecision, a *Approval, trusted []string, now time
 	}
 	if err := checkShape(d); err != nil {
 		return err
+	}
+	if d.Tenant != a.Tenant {
+		return fmt.Errorf("%w: decision for the approval of another tenant", ErrWrongApproval)
 	}
 	if d.ApprovalID != a.ID {
 		return fmt.Errorf("%w: decision for approval %q", ErrWrongApproval, clip(d.ApprovalID))

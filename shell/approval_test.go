@@ -204,6 +204,23 @@ func TestVerifyDecision(t *testing.T) {
 		other.ID = "appr_2"
 		require.ErrorIs(t, VerifyDecision(&d, &other, b.trusted, b.now), ErrWrongApproval)
 	})
+	t.Run("replay for another tenant's approval of the same id", func(t *testing.T) {
+		t.Parallel()
+		acme := *a
+		acme.Tenant = "ACME"
+		d := b.sign(t, &acme, Approve, b.seed)
+		require.Equal(t, "ACME", d.Tenant)
+		require.NoError(t, VerifyDecision(&d, &acme, b.trusted, b.now))
+		globex := acme
+		globex.Tenant = "GLOBEX"
+		require.ErrorIs(t, VerifyDecision(&d, &globex, b.trusted, b.now), ErrWrongApproval)
+		require.ErrorIs(t, VerifyDecision(&d, a, b.trusted, b.now), ErrWrongApproval)
+		// The tenant is under the signature: re-labelled, it fails.
+		d.Tenant = "GLOBEX"
+		require.ErrorIs(t, VerifyDecision(&d, &globex, b.trusted, b.now), ErrBadSignature)
+		d.Tenant = ""
+		require.ErrorIs(t, VerifyDecision(&d, a, b.trusted, b.now), ErrBadSignature)
+	})
 	t.Run("decision for a different argv", func(t *testing.T) {
 		t.Parallel()
 		// The same approval id, but the record now binds another command:

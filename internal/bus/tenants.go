@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/toolq/toolq/contracts"
 )
@@ -64,12 +65,15 @@ func EnsureTenant(ctx context.Context, js jetstream.JetStream, cfg Config, rec c
 	if rec.QueueLimit < 0 {
 		return fmt.Errorf("bus: tenant %s: negative queue limit %d", rec.Name, rec.QueueLimit)
 	}
+	if err := CheckApprovers(rec.Approvers); err != nil {
+		return fmt.Errorf("bus: tenant %s: %w", rec.Name, err)
+	}
 	return ensureStream(ctx, js, cfg.TenantStreamConfig(rec))
 }
 
 // AddTenant makes rec's jobs stream and writes its record, which tells
 // every worker serving tenants to consume it. Adding a tenant again
-// updates its limit.
+// replaces its limit and approvers.
 func AddTenant(ctx context.Context, js jetstream.JetStream, cfg Config, rec contracts.TenantRecord) error {
 	cfg.Tenants = true
 	if err := Ensure(ctx, js, cfg); err != nil {
@@ -123,5 +127,25 @@ func DecodeTenant(key string, data []byte) (contracts.TenantRecord, error) {
 	if rec.QueueLimit < 0 {
 		return rec, fmt.Errorf("bus: tenant %s: negative queue limit", key)
 	}
+	if err := CheckApprovers(rec.Approvers); err != nil {
+		return rec, fmt.Errorf("bus: tenant %s: %w", key, err)
+	}
 	return rec, nil
+}
+
+// MaxTenantApprovers bounds the approvers of one tenant record.
+const MaxTenantApprovers = 64
+
+// CheckApprovers accepts a tenant's approver keys: public user ("U…") or
+// account ("A…") nkeys, at most MaxTenantApprovers.
+func CheckApprovers(keys []string) error {
+	if len(keys) > MaxTenantApprovers {
+		return fmt.Errorf("%d approvers, more than %d", len(keys), MaxTenantApprovers)
+	}
+	for _, k := range keys {
+		if !nkeys.IsValidPublicUserKey(k) && !nkeys.IsValidPublicAccountKey(k) {
+			return fmt.Errorf("approver %q is not a public user or account nkey", k)
+		}
+	}
+	return nil
 }

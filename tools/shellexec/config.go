@@ -52,9 +52,19 @@ type Config struct {
 	// directories).
 	Runner shell.RunnerConfig
 	// Approvers are the public nkeys (user "U…" or account "A…") whose
-	// signed decisions this worker accepts. With none, nothing that needs
-	// approval can ever run.
+	// signed decisions this worker accepts for the default tenant. With
+	// none, nothing of the default tenant that needs approval can run.
+	// A named tenant's approvers are those of its record in the tenants
+	// bucket (contracts.TenantRecord.Approvers).
 	Approvers []string
+	// ApproversForTenants also lets Approvers decide named tenants'
+	// approvals. Off by default: an operator's key then approves only the
+	// default tenant's commands, and a tenant's only its own approvers.
+	ApproversForTenants bool
+	// Tenants says the worker serves named tenants (worker.Config.Tenants):
+	// it then takes exec.decide jobs even without Approvers of its own,
+	// for the tenants' approvers.
+	Tenants bool
 	// ApprovalTTL is how long an approval waits for a person before the
 	// job is denied with reason timeout; shell.DefaultApprovalTTL when 0.
 	ApprovalTTL time.Duration

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
 	"github.com/toolq/toolq/shell"
 	"github.com/toolq/toolq/worker"
 )
@@ -40,9 +41,29 @@ func (s *ShellExec) handleDecide(ctx context.Context, job *contracts.Job) (json.
 	if err := contracts.ValidateID("approval id", d.ApprovalID); err != nil {
 		return nil, worker.Permanent(err)
 	}
-	log := s.log.With(slog.String("approval", d.ApprovalID), slog.String("decideJob", job.ID), slog.String("approver", d.Approver))
+	// The decision job's tenant (from its subject) is the only tenant whose
+	// approvals it may decide, and it must be the one the decision names.
+	tenant := job.Tenant
+	log := s.log.With(slog.String("approval", d.ApprovalID), slog.String("tenant", tenant), slog.String("decideJob", job.ID), slog.String("approver", d.Approver))
+	if d.Tenant != tenant {
+		log.Warn("decision names another tenant", slog.String("decisionTenant", d.Tenant))
+		return nil, permanent(contracts.CodeDenied, "decision refused: it names another tenant than the one it was sent for")
+	}
+	if tenant != "" && d.Always {
+		// An always entry joins the allowlist every tenant's jobs run under.
+		return nil, permanent(contracts.CodeDenied, "decision refused: a tenant's approval cannot add to the shared allowlist (always)")
+	}
+	if tenant == "" && len(s.cfg.Approvers) == 0 {
+		// This worker takes decisions only for tenants' approvers: hand it
+		// back for a worker that has the default tenant's approvers.
+		return nil, errors.New("shellexec: this worker has no approvers of the default tenant")
+	}
+	trusted, err := s.approversFor(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
 	for range 10 {
-		rec, rev, err := s.store.load(ctx, d.ApprovalID)
+		rec, rev, err := s.store.load(ctx, tenant, d.ApprovalID)
 		if errors.Is(err, errNoApproval) {
 			log.Info("decision for an unknown or expired approval")
 			return nil, permanent(contracts.CodeInvalidInput, "approval %s is unknown or expired", d.ApprovalID)
@@ -51,7 +72,7 @@ func (s *ShellExec) handleDecide(ctx context.Context, job *contracts.Job) (json.
 			return nil, err
 		}
 		act := decideActionFor(rec, d, job.ID, worker.Attempt(ctx), time.Now())
-		if verr := shell.VerifyDecision(d, &rec.Approval, s.cfg.Approvers, act.verifyAt); verr != nil {
+		if verr := shell.VerifyDecision(d, &rec.Approval, trusted, act.verifyAt); verr != nil {
 			log.Warn("approval decision refused", slog.Any("err", verr))
 			return nil, permanent(contracts.CodeDenied, "decision refused: %v", verr)
 		}
@@ -138,7 +159,7 @@ func decideActionFor(rec *Record, d *shell.ApprovalDecision, jobID string, attem
 func (s *ShellExec) apply(ctx context.Context, rec *Record, decided func()) error {
 	a := &rec.Approval
 	d := rec.Decision
-	ref := &contracts.Job{ID: a.JobID, Session: a.Session, Tool: rec.Tool}
+	ref := &contracts.Job{ID: a.JobID, Session: a.Session, Tool: rec.Tool, Tenant: a.Tenant}
 	if rec.Status == StatusDenied {
 		reason := ReasonApprover
 		if d.Reason != "" {
@@ -158,7 +179,7 @@ func (s *ShellExec) apply(ctx context.Context, rec *Record, decided func()) erro
 			return err
 		}
 	}
-	last, err := s.lastEvent(ctx, s.cfg.Subjects.Event(a.Session, a.JobID))
+	last, err := s.lastEvent(ctx, s.cfg.Subjects.TenantEvent(a.Tenant, a.Session, a.JobID))
 	if err != nil {
 		return err
 	}
@@ -175,6 +196,16 @@ func (s *ShellExec) apply(ctx context.Context, rec *Record, decided func()) erro
 		if err := s.emit(ctx, ref, contracts.StatusFailed, 1, nil, werr); err != nil && !isEnded(err) {
 			return err
 		}
+		return nil
+	}
+	if _, err := s.cancels.Get(ctx, contracts.TenantKey(a.Tenant, a.JobID)); err == nil {
+		// Cancelled while it waited, by a cancel the feed did not bring
+		// (a tenant's): it ends cancelled and never runs.
+		werr := contracts.Errorf(contracts.CodeCancelled, "job was cancelled while it waited for approval")
+		if err := s.emit(ctx, ref, contracts.StatusCancelled, 1, nil, werr); err != nil && !isEnded(err) {
+			return err
+		}
+		decided()
 		return nil
 	}
 	err = s.emit(ctx, ref, contracts.StatusApproved, 1, ApprovedResult{ApprovalID: a.ID, Approver: d.Approver, Always: d.Always}, nil)
@@ -205,4 +236,54 @@ func (s *ShellExec) lastEvent(ctx context.Context, subject string) (*contracts.E
 		return nil, fmt.Errorf("shellexec: stored event on %s: %w", subject, err)
 	}
 	return ev, nil
+}
+
+// approversFor returns the keys trusted to decide tenant's approvals: the
+// worker's own for the default tenant; for a named tenant those of its
+// record in the tenants bucket (none when it is not registered), and the
+// worker's own too only with Config.ApproversForTenants. The record is read
+// for every decision, so a removed approver is refused at once.
+func (s *ShellExec) approversFor(ctx context.Context, tenant string) ([]string, error) {
+	if tenant == "" {
+		return s.cfg.Approvers, nil
+	}
+	var keys []string
+	if s.cfg.ApproversForTenants {
+		keys = append(keys, s.cfg.Approvers...)
+	}
+	kv, err := s.tenantsKV(ctx)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return keys, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, tenant)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return keys, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("shellexec: tenant %s: %w", tenant, err)
+	}
+	rec, err := bus.DecodeTenant(tenant, e.Value())
+	if err != nil {
+		s.log.Warn("tenant record refused: the tenant has no approvers", slog.String("tenant", tenant), slog.Any("err", err))
+		return keys, nil
+	}
+	return append(keys, rec.Approvers...), nil
+}
+
+// tenantsKV returns the tenants bucket, looked up once it exists.
+func (s *ShellExec) tenantsKV(ctx context.Context) (jetstream.KeyValue, error) {
+	s.tenantsMu.Lock()
+	defer s.tenantsMu.Unlock()
+	if s.tenants != nil {
+		return s.tenants, nil
+	}
+	kv, err := s.js.KeyValue(ctx, s.cfg.Subjects.TenantsBucket())
+	if err != nil {
+		return nil, err
+	}
+	s.tenants = kv
+	return kv, nil
 }

@@ -41,7 +41,7 @@ func (s *ShellExec) handleExec(ctx context.Context, job *contracts.Job) (json.Ra
 	if d.Outcome == shell.NeedsApproval {
 		return s.park(ctx, job, in, plan, &d)
 	}
-	ref := &contracts.Job{ID: job.ID, Session: job.Session, Tool: job.Tool, Meta: job.Meta}
+	ref := &contracts.Job{ID: job.ID, Session: job.Session, Tool: job.Tool, Meta: job.Meta, Tenant: job.Tenant}
 	if in.Background {
 		res, err := s.startBackground(ref, plan) //nolint:contextcheck // a background session outlives the job: it hangs off the tool's lifetime
 		if err != nil {
@@ -74,7 +74,8 @@ func (s *ShellExec) park(ctx context.Context, job *contracts.Job, in *shell.Inpu
 	if err != nil {
 		return nil, worker.Permanent(contracts.Errorf(contracts.CodeInternalError, "%v", err))
 	}
-	a.Session, a.JobID = job.Session, job.ID
+	// The tenant is the worker's reading of the subject, never the body's.
+	a.Tenant, a.Session, a.JobID = job.Tenant, job.Session, job.ID
 	rec := &Record{Approval: *a, Tool: job.Tool, Background: in.Background, Status: StatusPending}
 	if _, err := s.store.save(ctx, rec, 0, s.cfg.ApprovalTTL); err != nil {
 		if !errors.Is(err, errStale) {
@@ -82,7 +83,7 @@ func (s *ShellExec) park(ctx context.Context, job *contracts.Job, in *shell.Inpu
 		}
 		// Made before: by an earlier delivery of this job, or by a job of
 		// the same id in another session.
-		old, _, lerr := s.store.load(ctx, a.ID)
+		old, _, lerr := s.store.load(ctx, a.Tenant, a.ID)
 		if lerr != nil {
 			return nil, permanent(contracts.CodeInternalError, "approval %s exists and cannot be read: %v", a.ID, lerr)
 		}
@@ -99,9 +100,10 @@ func (s *ShellExec) park(ctx context.Context, job *contracts.Job, in *shell.Inpu
 func pendingResult(r *Record) PendingResult {
 	a := &r.Approval
 	return PendingResult{
-		ApprovalID: a.ID, Command: a.Plan.Command, Argv: a.Plan.Argv, Workdir: a.Plan.Workdir, Env: a.Plan.Env,
+		ApprovalID: a.ID, Tenant: a.Tenant, Command: a.Plan.Command, Argv: a.Plan.Argv, Workdir: a.Plan.Workdir, Env: a.Plan.Env,
 		Host: a.Plan.Host, TimeoutMs: a.Plan.TimeoutMs,
 		Reason: a.Reason, Misses: a.Misses, Unlisted: a.Unlisted, Background: r.Background,
 		ExpiresAt: a.ExpiresAt, Hash: a.Hash,
+		Script: a.Plan.Script, Shell: a.Plan.Shell, Path: a.Plan.Path, CreatedAt: a.CreatedAt,
 	}
 }

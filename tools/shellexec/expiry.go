@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/toolq/toolq/contracts"
@@ -19,23 +20,29 @@ import (
 func (s *ShellExec) startExpiry(ctx context.Context) error {
 	return bus.FollowExpiries(ctx, s.lctx, s.js, bus.ExpiryConfig{
 		Bucket: s.cfg.Subjects.ApprovalsBucket(), Durable: "shellexec_expiry", Logger: s.log,
-		Expired: func(ctx context.Context, id string) error {
-			if !contracts.ValidID(id) {
+		Expired: func(ctx context.Context, key string) error {
+			// The key is the approval id, or <tenant>.<id> for a named
+			// tenant's (contracts.ExecApprovalKey).
+			tenant, id, named := strings.Cut(key, ".")
+			if !named {
+				tenant, id = "", key
+			}
+			if !contracts.ValidID(id) || (named && !contracts.ValidID(tenant)) {
 				return nil
 			}
-			return s.expire(ctx, id)
+			return s.expire(ctx, tenant, id)
 		},
 	}, &s.loops)
 }
 
-// expire denies the exec job of an expired approval with reason timeout,
-// unless the job moved on (decided, cancelled).
-func (s *ShellExec) expire(ctx context.Context, id string) error {
+// expire denies the exec job of tenant's expired approval with reason
+// timeout, unless the job moved on (decided, cancelled).
+func (s *ShellExec) expire(ctx context.Context, tenant, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, emitTimeout)
 	defer cancel()
 	// The approval id is the job id; the session is found from the job's
-	// events.
-	ev, err := s.lastEvent(ctx, s.cfg.Subjects.Event("*", id))
+	// events, among the tenant's own.
+	ev, err := s.lastEvent(ctx, s.cfg.Subjects.TenantEvent(tenant, "*", id))
 	if err != nil {
 		return err
 	}
@@ -44,31 +51,32 @@ func (s *ShellExec) expire(ctx context.Context, id string) error {
 	}
 	var pending PendingResult
 	_ = json.Unmarshal(ev.Data.Result, &pending)
-	ref := &contracts.Job{ID: ev.Data.JobID, Session: ev.Data.Session, Tool: ev.Data.Tool, Meta: ev.Data.Meta}
+	ref := &contracts.Job{ID: ev.Data.JobID, Session: ev.Data.Session, Tool: ev.Data.Tool, Meta: ev.Data.Meta, Tenant: tenant}
 	err = s.emit(ctx, ref, contracts.StatusDenied, 1,
 		DeniedResult{Reason: ReasonTimeout, Command: pending.Command, Misses: pending.Misses, ApprovalID: id},
 		contracts.Errorf(contracts.CodeDenied, "%s: nobody decided within %s", ReasonTimeout, s.cfg.ApprovalTTL))
 	if err != nil && !isEnded(err) {
 		return err
 	}
-	s.log.Info("approval expired: exec denied", slog.String("approval", id), slog.String("job", ref.ID))
+	s.log.Info("approval expired: exec denied", slog.String("approval", id), slog.String("tenant", tenant), slog.String("job", ref.ID))
 	return nil
 }
 
 // onCancel hears the worker's cancel feed: a cancelled job's approved
 // command or background session is killed, and its pending approval is
-// marked cancelled so no later decision runs it.
+// marked cancelled so no later decision runs it. The feed carries the
+// default tenant's cancels.
 func (s *ShellExec) onCancel(ctx context.Context, session, jobID string) {
-	s.stopRun(jobID, errJobCancelled)
-	s.cancelApproval(ctx, session, jobID)
+	s.stopRun("", jobID, errJobCancelled)
+	s.cancelApproval(ctx, "", session, jobID)
 }
 
-// cancelApproval marks the pending approval of a cancelled exec job.
-func (s *ShellExec) cancelApproval(ctx context.Context, session, jobID string) {
+// cancelApproval marks the pending approval of tenant's cancelled exec job.
+func (s *ShellExec) cancelApproval(ctx context.Context, tenant, session, jobID string) {
 	ctx, cancel := context.WithTimeout(ctx, emitTimeout)
 	defer cancel()
 	for range 5 {
-		rec, rev, err := s.store.load(ctx, ApprovalID(jobID))
+		rec, rev, err := s.store.load(ctx, tenant, ApprovalID(jobID))
 		if err != nil || rec.Status != StatusPending || rec.Approval.Session != session || rec.Approval.JobID != jobID {
 			return
 		}

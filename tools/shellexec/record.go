@@ -22,7 +22,9 @@ const (
 	StatusCancelled = contracts.ExecApprovalCancelled
 )
 
-// Record is an approval as kept in the toolq_approvals bucket under its id.
+// Record is an approval as kept in the toolq_approvals bucket under
+// contracts.ExecApprovalKey(tenant, id): a tenant's approval ids are its
+// own, and a decision looks only under its job's tenant.
 // It is created pending with the approval's TTL (its expiry denies the job
 // with reason timeout) and decided once, by a write conditional on the
 // revision read, which keeps it DecidedTTL longer. A DecideJob's
@@ -41,8 +43,8 @@ var (
 	errStale      = errors.New("shellexec: approval record changed")
 )
 
-func (s *store) load(ctx context.Context, id string) (*Record, uint64, error) {
-	e, err := s.kv.Get(ctx, id)
+func (s *store) load(ctx context.Context, tenant, id string) (*Record, uint64, error) {
+	e, err := s.kv.Get(ctx, contracts.ExecApprovalKey(tenant, id))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil, 0, errNoApproval
@@ -52,6 +54,9 @@ func (s *store) load(ctx context.Context, id string) (*Record, uint64, error) {
 	var r Record
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		return nil, 0, fmt.Errorf("shellexec: approval record %s: %w", id, err)
+	}
+	if r.Approval.Tenant != tenant || r.Approval.ID != id {
+		return nil, 0, fmt.Errorf("shellexec: approval record under %s names another approval", e.Key())
 	}
 	return &r, e.Revision(), nil
 }
@@ -63,7 +68,7 @@ func (s *store) save(ctx context.Context, r *Record, rev uint64, ttl time.Durati
 	if err != nil {
 		return 0, err
 	}
-	msg := &nats.Msg{Subject: s.subj + r.Approval.ID, Data: data}
+	msg := &nats.Msg{Subject: s.subj + contracts.ExecApprovalKey(r.Approval.Tenant, r.Approval.ID), Data: data}
 	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
 	if err != nil {
 		if bus.IsWrongLastSequence(err) {

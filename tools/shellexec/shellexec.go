@@ -33,13 +33,16 @@ type ShellExec struct {
 	cancels  jetstream.KeyValue
 	events   jetstream.Stream
 
+	tenantsMu sync.Mutex
+	tenants   jetstream.KeyValue // the tenants bucket, once found
+
 	life   *lifecycle.Service
 	lctx   context.Context // the loops' and background sessions' lifetime
 	cancel context.CancelFunc
 	loops  sync.WaitGroup
 
 	mu       sync.Mutex
-	running  map[string]context.CancelCauseFunc // by the job id a cancel names
+	running  map[string]context.CancelCauseFunc // by contracts.TenantKey of the job id a cancel names
 	sessions int                                // background sessions running
 }
 
@@ -88,8 +91,6 @@ func Register(w *worker.Worker, nc *nats.Conn, cfg *Config) (*ShellExec, error) 
 	// whose worker died is failed (DLQ), never run a second time.
 	if err := w.Register(ToolExec, worker.HandlerFunc(s.handleExec), &worker.ToolConfig{
 		Timeout: long, Retry: worker.RetryPolicy{MaxAttempts: 1},
-		// Approvals do not carry a tenant yet: exec serves the default tenant only.
-		DefaultTenantOnly: true,
 		// Code-mode runs may call it (the code-mode contract: by catalog id, when the
 		// policy allows); a call that needs approval parks the run until a
 		// person decides. Refused in restartSafe runs.
@@ -104,10 +105,13 @@ func Register(w *worker.Worker, nc *nats.Conn, cfg *Config) (*ShellExec, error) 
 	}
 	// A worker that trusts no approver would refuse every decision it
 	// took ("unknown approver"), though another worker could accept it:
-	// decisions are left to the workers that have approvers.
-	if len(c.Approvers) > 0 {
+	// decisions are left to the workers that have approvers, and to the
+	// workers serving tenants, whose approvers are in the tenants' records
+	// (a default-tenant decision such a worker cannot verify is handed
+	// back for another worker).
+	if len(c.Approvers) > 0 || c.Tenants {
 		if err := w.Register(ToolDecide, worker.HandlerFunc(s.handleDecide), &worker.ToolConfig{
-			Timeout: long, Concurrency: 64, DefaultTenantOnly: true,
+			Timeout: long, Concurrency: 64,
 			Retry: worker.RetryPolicy{MaxAttempts: 10, InitialInterval: 200 * time.Millisecond, MaxInterval: 5 * time.Second},
 		}); err != nil {
 			return nil, err
@@ -191,19 +195,20 @@ func (s *ShellExec) stop(context.Context) error {
 	return nil
 }
 
-// track registers a run that a cancel of jobID ends. It checks the cancels
-// bucket once after registering, so a cancel recorded just before is not
-// missed by the watch.
-func (s *ShellExec) track(ctx context.Context, jobID string, cancel context.CancelCauseFunc) (untrack func()) {
+// track registers a run that a cancel of tenant's jobID ends. It checks
+// the cancels bucket once after registering, so a cancel recorded just
+// before is not missed by the watch.
+func (s *ShellExec) track(ctx context.Context, tenant, jobID string, cancel context.CancelCauseFunc) (untrack func()) {
+	key := contracts.TenantKey(tenant, jobID) // the cancels bucket's key too
 	s.mu.Lock()
-	s.running[jobID] = cancel
+	s.running[key] = cancel
 	s.mu.Unlock()
-	if _, err := s.cancels.Get(ctx, jobID); err == nil {
+	if _, err := s.cancels.Get(ctx, key); err == nil {
 		cancel(errJobCancelled)
 	}
 	return func() {
 		s.mu.Lock()
-		delete(s.running, jobID)
+		delete(s.running, key)
 		s.mu.Unlock()
 	}
 }
@@ -225,10 +230,11 @@ func (s *ShellExec) dropSession() {
 	s.mu.Unlock()
 }
 
-// stopRun cancels the tracked run of jobID with cause, if there is one.
-func (s *ShellExec) stopRun(jobID string, cause error) {
+// stopRun cancels the tracked run of tenant's jobID with cause, if there
+// is one.
+func (s *ShellExec) stopRun(tenant, jobID string, cause error) {
 	s.mu.Lock()
-	stop := s.running[jobID]
+	stop := s.running[contracts.TenantKey(tenant, jobID)]
 	s.mu.Unlock()
 	if stop != nil {
 		stop(cause)

@@ -51,7 +51,14 @@ The decision signs the plan hash with your approver nkey seed; the worker
 accepts it only from a configured approver, once.
 With --always the exact argv of the command's simple commands is added to
 the shared allowlist (printed before signing), so the same command runs
-without asking next time.`,
+without asking next time.
+
+A tenant's approver logs in with the tenant's credentials and
+--tenant-account: the plan is then read from the job's approval_pending
+event among the tenant's own events, and the decision, signed for the
+tenant, goes through the tenant's import. The worker accepts it only from
+an approver of the tenant's record (tenant register --approver); --always
+is for the default tenant only (it changes the fleet-wide allowlist).`,
 		Example: `  toolq approve 3Yx9kq2 --seed-file ~/.toolq/approver.seed
   toolq approve 3Yx9kq2 --always --wait
   toolq approve 3Yx9kq2 --expect-hash 9f2c…  # scripts: the hash from the approval_pending event`,
@@ -104,7 +111,10 @@ func (f *decideFlags) producer(g *globals) (*producer.Producer, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to %s: %w", redactURL(g.natsURL), err)
 	}
-	p, err := producer.New(nc, &producer.Config{Subjects: g.subjects(), Session: f.session, Timeout: g.timeout, Logger: g.log})
+	p, err := producer.New(nc, &producer.Config{
+		Subjects: g.subjects(), Session: f.session, Timeout: g.timeout, Logger: g.log,
+		TenantAccount: g.tenantAccount,
+	})
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
@@ -143,6 +153,9 @@ func decide(cmd *cobra.Command, g *globals, id string, v shell.Verdict, f *decid
 	if a.Plan.Hash() != a.Hash {
 		return contracts.Errorf(contracts.CodeDenied, "approval %s: its plan does not match its hash %s; not signed", id, a.Hash)
 	}
+	if a.Tenant != "" && f.always {
+		return contracts.Errorf(contracts.CodeInvalidInput, "approval %s is tenant %s's: --always changes the allowlist of every tenant and is for the default tenant's approvers only", id, a.Tenant)
+	}
 	g.tell("%s", describePlan(v, rec))
 	if v == shell.Approve && f.always {
 		g.tell("--always: %s", indent(shell.AlwaysEntries(shell.Policy{}, &a.Plan).String()))
@@ -163,14 +176,8 @@ func decide(cmd *cobra.Command, g *globals, id string, v shell.Verdict, f *decid
 	}
 	// The decide job says "applied" with a progress event as soon as the
 	// exec job moved on, and completes once an approved command has run.
-	var got *contracts.Event
-	err = p.ReadEvents(ctx, job.Session, &producer.ReadOpts{Follow: true, JobID: job.ID}, func(ev *contracts.Event) error {
-		if ev.Data.Status == contracts.StatusProgress || ev.Data.Status.Terminal() {
-			got = ev
-			return producer.ErrStop
-		}
-		return nil
-	})
+	// Await works on a tenant account too, where ReadEvents does not.
+	got, err := p.Await(ctx, job.Session, job.ID, &producer.AwaitOpts{Progress: true})
 	if err != nil {
 		return fmt.Errorf("waiting for decision %s: %w", job.ID, err)
 	}
@@ -258,6 +265,9 @@ func describePlan(v shell.Verdict, rec *shellexec.Record) string {
 	pl := &a.Plan
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s: %s\n", v, a.ID, shown(pl.Command))
+	if a.Tenant != "" {
+		fmt.Fprintf(&b, "  %-9s %s\n", "tenant:", a.Tenant)
+	}
 	for i, argv := range pl.Argv {
 		label := "argv:"
 		if i > 0 {

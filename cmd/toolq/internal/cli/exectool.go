@@ -22,7 +22,9 @@ type execFlags struct {
 	policyFile   string
 	approvers    []string
 	approverSeed string
-	limits       execLimitFlags
+	// approversForTenants lets approvers decide tenants' approvals too.
+	approversForTenants bool
+	limits              execLimitFlags
 }
 
 // execLimitFlags are the sandbox's per-run limits; 0 keeps the default,
@@ -40,6 +42,8 @@ func (f *execFlags) register(cmd *cobra.Command) {
 		`exec policy of this worker: inline JSON, @file or a file path, e.g. {"security":"allowlist","ask":"on-miss","allowlist":["/usr/bin/git"],"safeBins":["jq"]} (default: a small allowlist, ask on-miss, sandbox host)`)
 	cmd.Flags().StringSliceVar(&f.approvers, "approver", splitList(os.Getenv("TOOLQ_APPROVERS")),
 		"public nkey (U… or A…) of a person whose signed exec decisions are accepted; repeatable (env TOOLQ_APPROVERS, comma-separated)")
+	cmd.Flags().BoolVar(&f.approversForTenants, "approvers-for-tenants", false,
+		"with --tenants: the --approver keys also decide every tenant's exec approvals (default: a tenant's are decided only by the approvers of its record, tenant register --approver)")
 	cmd.Flags().StringVar(&f.approverSeed, "approver-seed", "",
 		"development: trust the approver whose nkey seed is in this file, creating it when missing (dev: <data>/approver.seed)")
 	l := &f.limits
@@ -127,6 +131,7 @@ func registerExec(g *globals, w *worker.Worker, nc *nats.Conn, f *workerFlags) (
 	}
 	return shellexec.Register(w, nc, &shellexec.Config{
 		Policy: pol, Approvers: approvers, Subjects: g.subjects(), Replicas: f.replicas, Logger: g.log, Runner: rc,
+		Tenants: f.tenants, ApproversForTenants: ef.approversForTenants,
 	})
 }
 

@@ -43,7 +43,10 @@ func (g *globals) tenantBus() (jetstream.JetStream, func(), error) {
 }
 
 func newTenantRegisterCmd(g *globals) *cobra.Command {
-	var limit int64
+	var (
+		limit     int64
+		approvers []string
+	)
 	cmd := &cobra.Command{
 		Use:   "register NAME",
 		Short: "Give a tenant its jobs stream and have every worker with --tenants serve it",
@@ -52,8 +55,13 @@ its record to the tenants bucket; workers started with --tenants follow the
 bucket and serve the tenant within moments. Until then the tenant's submits
 are refused ("no stream takes …"). Run it as a user of the toolq account
 once the server runs with the tenant's account entry (tenant add). Running
-it again changes the tenant's queue limit.`,
-		Example: `  TOOLQ_NATS_USER=worker TOOLQ_NATS_PASSWORD=… toolq tenant register ACME --queue-limit 50000`,
+it again replaces the tenant's queue limit and approvers.
+
+--approver names a public nkey whose signed decisions approve or deny the
+tenant's exec commands (repeatable). A tenant without approvers has its
+commands that need approval denied when they time out; the workers' own
+approvers decide for tenants only with worker --approvers-for-tenants.`,
+		Example: `  TOOLQ_NATS_USER=worker TOOLQ_NATS_PASSWORD=… toolq tenant register ACME --queue-limit 50000 --approver UABC…`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
@@ -63,23 +71,27 @@ it again changes the tenant's queue limit.`,
 			if limit < 0 {
 				return fmt.Errorf("tenant register: --queue-limit %d is negative", limit)
 			}
+			if err := bus.CheckApprovers(approvers); err != nil {
+				return contracts.Errorf(contracts.CodeInvalidInput, "tenant register: --approver: %v", err)
+			}
 			js, done, err := g.tenantBus()
 			if err != nil {
 				return err
 			}
 			defer done()
-			rec := contracts.TenantRecord{Name: name, QueueLimit: limit}
+			rec := contracts.TenantRecord{Name: name, QueueLimit: limit, Approvers: approvers}
 			if err := bus.AddTenant(cmd.Context(), js, bus.Config{Subjects: g.subjects()}, rec); err != nil {
 				return fmt.Errorf("tenant register: %w", err)
 			}
 			if g.jsonOut {
-				return g.printJSON(map[string]any{"tenant": name, "stream": g.subjects().TenantJobsStream(name), "registered": true})
+				return g.printJSON(map[string]any{"tenant": name, "stream": g.subjects().TenantJobsStream(name), "registered": true, "approvers": len(approvers)})
 			}
-			_, err = fmt.Fprintf(g.stdout, "tenant %s registered: jobs stream %s\n", name, g.subjects().TenantJobsStream(name))
+			_, err = fmt.Fprintf(g.stdout, "tenant %s registered: jobs stream %s, %d exec approvers\n", name, g.subjects().TenantJobsStream(name), len(approvers))
 			return err
 		},
 	}
 	cmd.Flags().Int64Var(&limit, "queue-limit", 0, "queued and running jobs of the tenant over all tools (0: the workers' default, 10000)")
+	cmd.Flags().StringArrayVar(&approvers, "approver", nil, "public nkey (U… or A…) of a person who approves the tenant's exec commands; repeatable")
 	return cmd
 }
 
@@ -136,13 +148,13 @@ func newTenantLsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TENANT\tQUEUED\tQUEUE LIMIT\tADDED")
+			fmt.Fprintln(tw, "TENANT\tQUEUED\tQUEUE LIMIT\tAPPROVERS\tADDED")
 			for _, r := range rows {
 				limit := "default"
 				if r.QueueLimit > 0 {
 					limit = strconv.FormatInt(r.QueueLimit, 10)
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", r.Name, r.Queued, limit, r.Added.Format(time.RFC3339))
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\n", r.Name, r.Queued, limit, len(r.Approvers), r.Added.Format(time.RFC3339))
 			}
 			return tw.Flush()
 		},
@@ -183,7 +195,10 @@ func newTenantRmCmd(g *globals) *cobra.Command {
 }
 
 func newTenantAddCmd(g *globals) *cobra.Command {
-	var out string
+	var (
+		out       string
+		approvers []string
+	)
 	cmd := &cobra.Command{
 		Use:   "add NAME",
 		Short: "Make a tenant: print its NATS account entry and write its agent's nkey seed",
@@ -194,16 +209,27 @@ subjects whose tenant token is NAME; the server accepts those imports only
 for an account called NAME, so the entry cannot be edited into reading
 another tenant. The toolq account needs no change.
 
+--approver adds a user with the TENANT_APPROVER role for a person's public
+user nkey (repeatable): it may publish exec decisions and read the tenant's
+events, nothing else. Give the same key to tenant register --approver, so
+that workers accept the person's signature for this tenant.
+
 Once the server runs with the entry, register the tenant (tenant register)
 so that workers serve it. The tenant's clients log in with the seed and
 --tenant-account:
   toolq --nkey-seed NAME.nk --tenant-account submit --tool noop --wait`,
-		Example: `  toolq tenant add ACME --out ./secrets >> tenants.d/acme.conf`,
-		Args:    cobra.ExactArgs(1),
+		Example: `  toolq tenant add ACME --out ./secrets >> tenants.d/acme.conf
+  toolq tenant add ACME --out ./secrets --approver UABC… >> tenants.d/acme.conf`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			name := args[0]
 			if err := validTenantName(name); err != nil {
 				return err
+			}
+			for _, k := range approvers {
+				if !nkeys.IsValidPublicUserKey(k) {
+					return contracts.Errorf(contracts.CodeInvalidInput, "tenant add: --approver %q is not a public user nkey (U…)", k)
+				}
 			}
 			kp, err := nkeys.CreateUser()
 			if err != nil {
@@ -231,13 +257,14 @@ so that workers serve it. The tenant's clients log in with the seed and
 			}
 			g.log.Info("tenant agent seed written", "tenant", name, "file", path, "user", pub)
 			if g.jsonOut {
-				return g.printJSON(map[string]any{"tenant": name, "user": pub, "seedFile": path, "accountEntry": tenantAccount(g.subjects(), name, pub)})
+				return g.printJSON(map[string]any{"tenant": name, "user": pub, "seedFile": path, "accountEntry": tenantAccount(g.subjects(), name, pub, approvers)})
 			}
-			_, err = fmt.Fprint(g.stdout, tenantAccount(g.subjects(), name, pub))
+			_, err = fmt.Fprint(g.stdout, tenantAccount(g.subjects(), name, pub, approvers))
 			return err
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", ".", "directory for the agent's seed file NAME.nk")
+	cmd.Flags().StringArrayVar(&approvers, "approver", nil, "public user nkey (U…) of the tenant's exec approver, added as a TENANT_APPROVER user; repeatable")
 	return cmd
 }
 
@@ -254,9 +281,10 @@ func validTenantName(name string) error {
 	return nil
 }
 
-// tenantAccount is the account entry of tenant with one agent user: its
-// imports of its own subspace of the toolq account, under the plain names.
-func tenantAccount(s contracts.Subjects, tenant, userKey string) string {
+// tenantAccount is the account entry of tenant with one agent user and
+// its approver users: its imports of its own subspace of the toolq
+// account, under the plain names.
+func tenantAccount(s contracts.Subjects, tenant, userKey string, approverKeys []string) string {
 	var b strings.Builder
 	root := s.TenantRoot(tenant)
 	cancels := contracts.KVSubject(s.CancelsBucket(), "")
@@ -271,7 +299,11 @@ func tenantAccount(s contracts.Subjects, tenant, userKey string) string {
 		{direct + root + ".events.>", direct + s.Events()},
 	}
 	fmt.Fprintf(&b, "  # tenant %s\n  %s {\n    users = [\n", tenant, tenant)
-	fmt.Fprintf(&b, "      { nkey = %q, permissions = $TENANT_AGENT }\n    ]\n    imports = [\n", userKey)
+	fmt.Fprintf(&b, "      { nkey = %q, permissions = $TENANT_AGENT }\n", userKey)
+	for _, k := range approverKeys {
+		fmt.Fprintf(&b, "      { nkey = %q, permissions = $TENANT_APPROVER }\n", k)
+	}
+	b.WriteString("    ]\n    imports = [\n")
 	for _, im := range imports {
 		fmt.Fprintf(&b, "      { service = { account = TOOLQ, subject = %q }, to = %q }\n", im[0], im[1])
 	}

@@ -23,8 +23,10 @@ import (
 func TestTenantAdd(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	code, out, errOut := run(t, "tenant", "add", "ACME", "--out", dir, "--log-level", "warn")
+	_, approver := newUserKey(t)
+	code, out, errOut := run(t, "tenant", "add", "ACME", "--out", dir, "--log-level", "warn", "--approver", approver)
 	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, `{ nkey = "`+approver+`", permissions = $TENANT_APPROVER }`)
 
 	seedPath := filepath.Join(dir, "ACME.nk")
 	fi, err := os.Stat(seedPath)
@@ -78,6 +80,21 @@ func TestTenantAdd(t *testing.T) {
 		code, _, _ = run(t, "tenant", "add", name, "--out", dir)
 		require.NotEqual(t, 0, code, name)
 	}
+	// An approver must be a user key: it becomes a user of the account.
+	for _, k := range []string{"nope", "SUAB", strings.Replace(approver, "U", "A", 1)} {
+		code, _, errOut = run(t, "tenant", "add", "INITECH", "--out", dir, "--approver", k)
+		require.NotEqual(t, 0, code, k)
+		require.Contains(t, errOut, "--approver", k)
+	}
+}
+
+func newUserKey(t *testing.T) (nkeys.KeyPair, string) {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	pub, err := kp.PublicKey()
+	require.NoError(t, err)
+	return kp, pub
 }
 
 // TestTenantRegisterLsRm: register makes the tenant's jobs stream and
@@ -89,8 +106,12 @@ func TestTenantRegisterLsRm(t *testing.T) {
 	code, out, errOut := run(t, "--nats", url, "--json", "tenant", "ls")
 	require.Equal(t, 0, code, errOut)
 	require.JSONEq(t, `[]`, out)
-	code, _, errOut = run(t, "--nats", url, "tenant", "register", "ACME", "--queue-limit", "2")
+	_, approver := newUserKey(t)
+	code, _, errOut = run(t, "--nats", url, "tenant", "register", "ACME", "--queue-limit", "2", "--approver", approver)
 	require.Equal(t, 0, code, errOut)
+	code, _, errOut = run(t, "--nats", url, "tenant", "register", "ACME", "--approver", "SUABC")
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errOut, "--approver")
 	code, _, errOut = run(t, "--nats", url, "tenant", "register", "no.dots")
 	require.NotEqual(t, 0, code)
 	require.Contains(t, errOut, "tenant name")
@@ -109,15 +130,17 @@ func TestTenantRegisterLsRm(t *testing.T) {
 	code, out, errOut = run(t, "--nats", url, "--json", "tenant", "ls")
 	require.Equal(t, 0, code, errOut)
 	var rows []struct {
-		Name       string `json:"name"`
-		QueueLimit int64  `json:"queueLimit"`
-		Queued     uint64 `json:"queued"`
+		Name       string   `json:"name"`
+		QueueLimit int64    `json:"queueLimit"`
+		Queued     uint64   `json:"queued"`
+		Approvers  []string `json:"approvers"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &rows))
 	require.Len(t, rows, 1)
 	require.Equal(t, "ACME", rows[0].Name)
 	require.EqualValues(t, 2, rows[0].QueueLimit)
 	require.EqualValues(t, 2, rows[0].Queued)
+	require.Equal(t, []string{approver}, rows[0].Approvers)
 
 	code, _, errOut = run(t, "--nats", url, "tenant", "rm", "ACME")
 	require.NotEqual(t, 0, code)
