@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
 	"github.com/toolq/toolq/internal/embedded"
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/worker"
@@ -40,9 +41,11 @@ type Config struct {
 	PayloadBytes int
 	// StoreDir holds the server's data; a temporary directory when empty.
 	StoreDir string
-	// Tenants runs the worker with tenants on (worker.Config.Tenants); the
-	// jobs are still the default tenant's, so the figures show what serving
-	// tenants costs the single-tenant path.
+	// Tenants runs the jobs through a tenant's account: the server gets a
+	// TOOLQ account and one tenant account importing its own subspace, as
+	// in deploy/nats/tenants.conf, the worker serves tenants, and the
+	// producer connects as the tenant's agent (Config.TenantAccount), so
+	// every submit, result and event crosses the imports.
 	Tenants bool
 	// Phase, when set, is told each phase as it begins (toolq bench prints
 	// them on stderr: a run takes a while).
@@ -91,6 +94,7 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 	if cfg.Jobs < 1 || cfg.Submitters < 1 || cfg.Concurrency < 1 || cfg.LatencyJobs < 0 {
 		return nil, errors.New("bench: jobs, submitters and concurrency must be positive")
 	}
+	var err error
 	dir := cfg.StoreDir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "toolq-bench-")
@@ -101,18 +105,35 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 		dir = d
 	}
 	cfg.phase("starting an embedded server and a worker (concurrency %d, tenants %v)", cfg.Concurrency, cfg.Tenants)
-	srv, err := embedded.Start(&embedded.Config{StoreDir: dir})
+	ecfg := &embedded.Config{StoreDir: dir}
+	var tenant *benchTenant
+	if cfg.Tenants {
+		if tenant, err = newBenchTenant(dir); err != nil {
+			return nil, err
+		}
+		ecfg.ConfigFile = tenant.configFile
+	}
+	srv, err := embedded.Start(ecfg)
 	if err != nil {
 		return nil, err
 	}
 	defer srv.Stop()
 	quiet := slog.New(slog.DiscardHandler)
 
-	wnc, err := srv.Connect()
+	wnc, err := srv.Connect(tenant.workerAuth()...)
 	if err != nil {
 		return nil, err
 	}
 	defer wnc.Close()
+	if tenant != nil {
+		wjs, err := jetstream.New(wnc)
+		if err != nil {
+			return nil, err
+		}
+		if err := bus.AddTenant(ctx, wjs, bus.Config{}, contracts.TenantRecord{Name: benchTenantName, QueueLimit: int64(cfg.Jobs) + 1000}); err != nil {
+			return nil, err
+		}
+	}
 	w, err := worker.New(wnc, &worker.Config{Name: "bench", Logger: quiet, Builtins: true, Tenants: cfg.Tenants, Tool: worker.ToolConfig{Concurrency: cfg.Concurrency, MaxAckPending: max(4096, cfg.Concurrency)}})
 	if err != nil {
 		return nil, err
@@ -125,12 +146,12 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 		defer cancel()
 		_ = w.Stop(sctx)
 	}()
-	pnc, err := srv.Connect()
+	pnc, err := srv.Connect(tenant.agentAuth()...)
 	if err != nil {
 		return nil, err
 	}
 	defer pnc.Close()
-	p, err := producer.New(pnc, &producer.Config{Logger: quiet})
+	p, err := producer.New(pnc, &producer.Config{Logger: quiet, TenantAccount: tenant != nil})
 	if err != nil {
 		return nil, err
 	}
@@ -154,8 +175,12 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 	if vz, err := srv.Varz(nil); err == nil {
 		figs = append(figs, Figure{"slow_consumers", float64(vz.SlowConsumers), "count"})
 	}
-	if js, err := jetstream.New(pnc); err == nil {
-		if c, err := js.Consumer(ctx, "TOOLQ_JOBS", "worker_noop"); err == nil {
+	stream := contracts.Subjects{}.JobsStream()
+	if tenant != nil {
+		stream = contracts.Subjects{}.TenantJobsStream(benchTenantName)
+	}
+	if js, err := jetstream.New(wnc); err == nil {
+		if c, err := js.Consumer(ctx, stream, contracts.Subjects{}.ConsumerName(worker.ToolNoop)); err == nil {
 			if ci, err := c.Info(ctx); err == nil {
 				figs = append(figs, Figure{"redelivered", float64(ci.NumRedelivered), "jobs"})
 			}
