@@ -77,13 +77,19 @@ func TestCodeModeResultSchema(t *testing.T) {
 	sch, _ := compileSchema(t, contracts.CodeModeResultSchema())
 	for _, r := range []contracts.CodeModeResult{
 		{Status: contracts.CodeModeCompleted},
-		{Status: contracts.CodeModeCompleted, Value: json.RawMessage(`{"a":[1,2]}`),
-			Output: []contracts.CodeModeOutput{{Type: "text", Text: "hi"}, {Type: "json", Value: json.RawMessage(`3`)}}},
-		{Status: contracts.CodeModeWaiting, RunID: "r1", Reason: contracts.CodeModeReasonPendingTools,
-			PendingToolCalls: []contracts.CodeModePendingToolCall{{CallID: "c1", ToolID: "client:app:pick", Source: "client", Input: json.RawMessage(`{}`), Token: "tok"}}},
+		{
+			Status: contracts.CodeModeCompleted, Value: json.RawMessage(`{"a":[1,2]}`),
+			Output: []contracts.CodeModeOutput{{Type: "text", Text: "hi"}, {Type: "json", Value: json.RawMessage(`3`)}},
+		},
+		{
+			Status: contracts.CodeModeWaiting, RunID: "r1", Reason: contracts.CodeModeReasonPendingTools,
+			PendingToolCalls: []contracts.CodeModePendingToolCall{{CallID: "c1", ToolID: "client:app:pick", Source: "client", Input: json.RawMessage(`{}`), Token: "tok"}},
+		},
 		{Status: contracts.CodeModeWaiting, RunID: "r1", Reason: contracts.CodeModeReasonYield},
-		{Status: contracts.CodeModeFailed, Error: "boom", Code: contracts.CodeTimeout,
-			Telemetry: contracts.CodeModeTelemetry{NestedCalls: 1, DurationMs: 1.5, BridgeCalls: contracts.CodeModeBridgeCalls{Call: 1}}},
+		{
+			Status: contracts.CodeModeFailed, Error: "boom", Code: contracts.CodeTimeout,
+			Telemetry: contracts.CodeModeTelemetry{NestedCalls: 1, DurationMs: 1.5, BridgeCalls: contracts.CodeModeBridgeCalls{Call: 1}},
+		},
 	} {
 		data, err := json.Marshal(r)
 		require.NoError(t, err)
