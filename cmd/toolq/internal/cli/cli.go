@@ -177,6 +177,8 @@ Submit a job and wait for its result:    toolq submit --tool noop --input '{"hi"
 		newRunsCmd(g),
 		newApproveCmd(g), newDenyCmd(g),
 		newTenantCmd(g),
+		newToolsCmd(g),
+		newMCPCmd(g),
 	)
 	return root, g
 }
