@@ -37,7 +37,7 @@ type mcpBundle struct {
 // mcpSetup starts the MCP server of a bus with code mode (--code-mode
 // mode) and connects a go-sdk client over an in-memory transport, or over
 // streamable HTTP on a loopback port.
-func mcpSetup(t *testing.T, url, mode string, overHTTP bool) *mcpBundle {
+func mcpSetup(t *testing.T, url, mode string, overHTTP bool, elicit ...func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error)) *mcpBundle {
 	t.Helper()
 	ctx := testutil.Context(t, 60*time.Second)
 	nc, err := nats.Connect(url)
@@ -55,14 +55,18 @@ func mcpSetup(t *testing.T, url, mode string, overHTTP bool) *mcpBundle {
 	require.NoError(t, err)
 
 	b := &mcpBundle{p: p, progress: make(chan string, 64)}
-	client := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, &sdk.ClientOptions{
+	opts := &sdk.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, req *sdk.ProgressNotificationClientRequest) {
 			select {
 			case b.progress <- req.Params.Message:
 			default:
 			}
 		},
-	})
+	}
+	if len(elicit) > 0 {
+		opts.ElicitationHandler = elicit[0]
+	}
+	client := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, opts)
 	var transport sdk.Transport
 	if overHTTP {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -79,7 +83,14 @@ func mcpSetup(t *testing.T, url, mode string, overHTTP bool) *mcpBundle {
 		t.Cleanup(func() { _ = ss.Close() })
 		transport = ct
 	}
-	b.cs, err = client.Connect(ctx, transport, nil)
+	var sopts *sdk.ClientSessionOptions
+	if len(elicit) > 0 {
+		// From protocol 2026-07-28 on a server may not send elicitation
+		// requests of its own (they ride in the call's result), and the
+		// server then returns the pending approval.
+		sopts = &sdk.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
+	}
+	b.cs, err = client.Connect(ctx, transport, sopts)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.cs.Close() })
 	b.session = s.stdio
@@ -181,6 +192,38 @@ func testMCPServe(t *testing.T, overHTTP bool) {
 		require.NoError(t, err)
 		require.Equal(t, contracts.StatusCancelled, ev.Data.Status)
 		require.Equal(t, "sleep", ev.Data.Tool)
+	})
+
+	t.Run("approval", func(t *testing.T) {
+		t.Parallel()
+		b := mcpSetup(t, url, "false", overHTTP)
+		res := b.call(t, "exec", map[string]any{"command": "uname -s"})
+		require.False(t, res.IsError, text(res))
+		var pending map[string]string
+		structured(t, res, &pending)
+		require.Equal(t, "approval_pending", pending["status"])
+		require.NotEmpty(t, pending["approvalId"])
+		require.Equal(t, "toolq approve "+pending["approvalId"], pending["approve"])
+		require.Equal(t, b.session, pending["session"])
+		require.Contains(t, text(res), "toolq approve "+pending["approvalId"])
+
+		// A client that supports elicitation is asked first; declined, the
+		// call returns the pending approval all the same.
+		asked := make(chan string, 1)
+		b = mcpSetup(t, url, "false", overHTTP, func(_ context.Context, req *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+			asked <- req.Params.Message
+			return &sdk.ElicitResult{Action: "decline"}, nil
+		})
+		res = b.call(t, "exec", map[string]any{"command": "uname -s"})
+		pending = nil
+		structured(t, res, &pending)
+		require.Equal(t, "approval_pending", pending["status"])
+		select {
+		case msg := <-asked:
+			require.Contains(t, msg, "toolq approve "+pending["approvalId"])
+		default:
+			t.Fatal("the client was not asked")
+		}
 	})
 
 	t.Run("code mode", func(t *testing.T) {
