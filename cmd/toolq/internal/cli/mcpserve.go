@@ -346,7 +346,10 @@ func (s *mcpServe) serveHTTP(ctx context.Context, ln net.Listener) error {
 	})
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", h)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{
+		Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn), // not Go's default logger
+	}
 	errc := make(chan error, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
