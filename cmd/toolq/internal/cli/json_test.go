@@ -163,6 +163,9 @@ func TestJSONFlagReachesEveryCommand(t *testing.T) {
 		// Servers whose only output is their logs: --json makes them JSON
 		// (the same handler as dev's).
 		"toolq worker": true, "toolq scheduler": true,
+		// Always JSON on stdout (TestToolsExport), and mcp serve's stdout
+		// is MCP's own stream; their --json errors in TestToolsExport.
+		"toolq tools export": true, "toolq mcp serve": true,
 	}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {

@@ -339,4 +339,16 @@ func TestToolsExport(t *testing.T) {
 	require.Equal(t, 2, code, errOut)
 	code, _, errOut = run(t, "--nats", url, "tools", "export", "--code-mode", "sometimes")
 	require.Equal(t, 2, code, errOut)
+	for _, args := range [][]string{{"tools", "export", "--format", "cohere"}, {"mcp", "serve", "--http", "0.0.0.0:1"}} {
+		code, out, errOut := run(t, append([]string{"--nats", url, "--json"}, args...)...)
+		require.Equal(t, 2, code, errOut)
+		require.Empty(t, out)
+		var e struct {
+			Error struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(errOut), &e), errOut)
+		require.Equal(t, "invalid_input", e.Error.Code)
+	}
 }
