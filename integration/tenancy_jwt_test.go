@@ -1,9 +1,11 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -70,7 +72,7 @@ func setupJWTTenancy(t *testing.T) *jwtBus {
 	ctx := testutil.Context(t, 30*time.Second)
 	j.globexT, err = tenantjwt.AddTenant(j.cfg, "GLOBEX")
 	require.NoError(t, err)
-	require.NoError(t, tenantjwt.Push(ctx, j.sys, j.globexT.JWT))
+	require.NoError(t, tenantjwt.Push(ctx, j.sys, contracts.Subjects{}, j.globexT.JWT))
 
 	// The tenant ids are the account keys: register them as such.
 	for _, tn := range []*tenantjwt.Tenant{j.acmeT, j.globexT} {
@@ -230,6 +232,17 @@ func TestTenancyJWT(t *testing.T) {
 		require.Equal(t, contracts.StatusCompleted, ev.Data.Status, "%v", ev.Data.Error)
 	})
 
+	t.Run("a tenant added while the server runs needs no push", func(t *testing.T) {
+		// The full resolver reads an account it does not know from its
+		// store when the account's first user connects.
+		late, err := tenantjwt.AddTenant(j.cfg, "LATE")
+		require.NoError(t, err)
+		j.connect(t, nats.UserCredentials(late.Creds))
+		toolq, err := tenantjwt.ToolqAccount(j.cfg)
+		require.NoError(t, err)
+		require.Len(t, fromAccount(j.accountImports(t, late.Account), toolq), 6)
+	})
+
 	t.Run("an account that imports another tenant's subspace gets none of it", func(t *testing.T) {
 		toolq, err := tenantjwt.ToolqAccount(j.cfg)
 		require.NoError(t, err)
@@ -246,12 +259,27 @@ func TestTenancyJWT(t *testing.T) {
 		for _, im := range ac.Imports {
 			im.Subject = jwt.Subject(strings.ReplaceAll(string(im.Subject), evil, acme))
 		}
-		theJWT, err := tenantjwt.SignAccount(j.cfg, ac)
+		// tenantjwt signs and pushes no such account.
+		_, err = tenantjwt.SignAccount(j.cfg, ac)
+		require.ErrorIs(t, err, contracts.ErrInvalidInput)
+		for _, im := range ac.Imports {
+			im.Account = toolq
+		}
+		seed, err := os.ReadFile(filepath.Join(j.cfg.Dir, "keys", "operator-signing.nk"))
+		require.NoError(t, err)
+		signer, err := nkeys.FromSeed(bytes.TrimSpace(seed))
+		require.NoError(t, err)
+		theJWT, err := ac.Encode(signer)
 		require.NoError(t, err)
 		ctx := testutil.Context(t, 20*time.Second)
-		// The server takes the JWT: import authorization is not checked
-		// when a claim is stored, only when it is applied.
-		require.NoError(t, tenantjwt.Push(ctx, j.sys, theJWT))
+		require.ErrorIs(t, tenantjwt.Push(ctx, j.sys, s, theJWT), contracts.ErrInvalidInput)
+		// The server itself stores the claim ("jwt updated"): it checks an
+		// import's authorization only when it applies the claim, and then
+		// drops the import with a debug line ("service import not
+		// authorized"), not an error.
+		resp, err := j.sys.Request("$SYS.REQ.CLAIMS.UPDATE", []byte(theJWT), 5*time.Second)
+		require.NoError(t, err)
+		require.Contains(t, string(resp.Data), `"code":200`)
 		ukp, err := nkeys.CreateUser()
 		require.NoError(t, err)
 		upub, err := ukp.PublicKey()
@@ -272,7 +300,7 @@ func TestTenancyJWT(t *testing.T) {
 		require.NoError(t, sub.Unsubscribe()) // or it would answer the requests below
 		_, err = enc.Request("toolq.jobs.noop", []byte(`{}`), 500*time.Millisecond)
 		require.ErrorIs(t, err, nats.ErrNoResponders, "EVIL reached ACME's jobs")
-		resp, err := enc.Request("$JS.API.DIRECT.GET.TOOLQ_EVENTS.toolq.events.s1."+victim.ID, nil, 500*time.Millisecond)
+		resp, err = enc.Request("$JS.API.DIRECT.GET.TOOLQ_EVENTS.toolq.events.s1."+victim.ID, nil, 500*time.Millisecond)
 		refused(t, "EVIL's direct get", resp, err, victim.ID)
 	})
 }

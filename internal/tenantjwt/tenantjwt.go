@@ -227,6 +227,25 @@ func AddTenant(cfg *Config, name string) (*Tenant, error) {
 	return &Tenant{Name: name, Account: acct.pub, JWT: string(theJWT), Creds: cfg.path("creds", credsName)}, nil
 }
 
+// CheckImports refuses an account whose imports are not the shares of
+// the toolq account, each with the account's own key as its tenant token.
+func CheckImports(s contracts.Subjects, ac *jwt.AccountClaims) error {
+	for _, im := range ac.Imports {
+		ok := false
+		for _, sh := range shares(s) {
+			if im.Type == sh.kind && string(im.Subject) == sh.remote(ac.Subject) && string(im.LocalSubject) == sh.local {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return contracts.Errorf(contracts.CodeInvalidInput,
+				"tenantjwt: account %s (%s) imports %q: a tenant imports only its own subspace", ac.Name, ac.Subject, im.Subject)
+		}
+	}
+	return nil
+}
+
 // ValidName accepts a tenant's account name: an id ([A-Za-z0-9_-]) that
 // is no account toolq or the server keeps for itself.
 func ValidName(name string) error {
@@ -308,7 +327,8 @@ func TenantAccount(s contracts.Subjects, name, pub string) *jwt.AccountClaims {
 }
 
 // SignAccount signs ac with the operator's signing key of cfg.Dir, filling
-// in the toolq account of its imports, and stores it for the resolver.
+// in the toolq account of its imports, and stores it for the resolver. It
+// refuses imports other than the account's own subspace (CheckImports).
 func SignAccount(cfg *Config, ac *jwt.AccountClaims) (string, error) {
 	if err := cfg.validate(); err != nil {
 		return "", err
@@ -347,6 +367,9 @@ func (c *Config) storeAccount(ac *jwt.AccountClaims, signer nkeys.KeyPair) error
 				im.Account = toolq
 			}
 		}
+	}
+	if err := CheckImports(c.Subjects, ac); err != nil {
+		return err
 	}
 	vr := jwt.CreateValidationResults()
 	ac.Validate(vr)
@@ -462,8 +485,18 @@ func writeFile(path string, data []byte) error {
 }
 
 // Push gives an account JWT to the running servers' resolvers
-// ($SYS.REQ.CLAIMS.UPDATE); nc must be a user of the system account.
-func Push(ctx context.Context, nc *nats.Conn, accountJWT string) error {
+// ($SYS.REQ.CLAIMS.UPDATE); nc must be a user of the system account. It
+// refuses a tenant account that imports anything but its own subspace
+// (CheckImports): the server would store such a claim and drop the
+// imports without a word.
+func Push(ctx context.Context, nc *nats.Conn, s contracts.Subjects, accountJWT string) error {
+	ac, err := jwt.DecodeAccountClaims(accountJWT)
+	if err != nil {
+		return contracts.Errorf(contracts.CodeInvalidInput, "tenantjwt: push: %v", err)
+	}
+	if err := CheckImports(s, ac); err != nil {
+		return err
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)

@@ -147,6 +147,24 @@ func TestInitAndAddTenant(t *testing.T) {
 	ac.Validate(vr)
 	require.Empty(t, vr.Errors())
 
+	require.NoError(t, CheckImports(cfg.Subjects, ac))
+	// An account that imports another's subspace, or anything else, is
+	// neither signed nor pushed.
+	other, err := nkeys.CreateAccount()
+	require.NoError(t, err)
+	otherPub, err := other.PublicKey()
+	require.NoError(t, err)
+	forged := TenantAccount(cfg.Subjects, "EVIL", otherPub)
+	forged.Imports[0].Subject = jwt.Subject(strings.ReplaceAll(string(forged.Imports[0].Subject), otherPub, tn.Account))
+	_, err = SignAccount(cfg, forged)
+	require.ErrorIs(t, err, contracts.ErrInvalidInput)
+	extra := TenantAccount(cfg.Subjects, "EXTRA", otherPub)
+	extra.Imports.Add(&jwt.Import{Type: jwt.Service, Account: setup.Toolq, Subject: "$JS.API.>"})
+	_, err = SignAccount(cfg, extra)
+	require.ErrorIs(t, err, contracts.ErrInvalidInput)
+	_, err = os.Stat(filepath.Join(cfg.Dir, "jwt", otherPub+".jwt"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+
 	_, err = AddTenant(cfg, "ACME")
 	require.ErrorIs(t, err, contracts.ErrInvalidInput, "%v", err)
 	for _, bad := range []string{"", "a.b", "TOOLQ", "sys", "$G", "x>"} {

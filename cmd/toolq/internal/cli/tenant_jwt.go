@@ -105,7 +105,7 @@ register ID, as a user of the toolq account) so that workers serve it.`,
 					return fmt.Errorf("tenant jwt add: %w", err)
 				}
 				defer nc.Close()
-				if err := tenantjwt.Push(cmd.Context(), nc, tn.JWT); err != nil {
+				if err := tenantjwt.Push(cmd.Context(), nc, g.subjects(), tn.JWT); err != nil {
 					return fmt.Errorf("tenant jwt add: account %s is in %s but not on the server: %w", tn.Account, dir, err)
 				}
 			}
