@@ -2,6 +2,7 @@ package tenantjwt
 
 import (
 	"strings"
+	"time"
 
 	"github.com/nats-io/jwt/v2"
 
@@ -13,6 +14,8 @@ import (
 // two equal).
 type role struct {
 	pubAllow, pubDeny, subAllow []string
+	// resp allows replies to requests the user received (allow_responses).
+	resp *jwt.ResponsePermission
 }
 
 var (
@@ -20,6 +23,9 @@ var (
 		pubAllow: []string{"toolq.>", "$KV.>", "$O.>", "$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "_INBOX.>"},
 		pubDeny:  []string{"toolq.jobs.exec.decide"},
 		subAllow: []string{"toolq.>", "$JS.EVENT.ADVISORY.>", "_INBOX.>"},
+		// A tenant's replay is answered with many messages on the
+		// request's reply subject.
+		resp: &jwt.ResponsePermission{MaxMsgs: -1, Expires: 2 * time.Minute},
 	}
 	roleScheduler = role{
 		pubAllow: []string{
@@ -51,10 +57,15 @@ var (
 	}
 	roleTenantAgent = role{
 		pubAllow: []string{
-			"toolq.jobs.>", "toolq.cancel.*", "$KV.toolq_cancels.*", "$KV.toolq_catalog.client.>",
+			"toolq.jobs.>", "toolq.cancel.*", "$KV.toolq_cancels.*", "$KV.toolq_catalog.client.>", "toolq.replay.*",
 			"$JS.API.DIRECT.GET.TOOLQ_EVENTS.toolq.events.>", "_INBOX.>",
 		},
 		pubDeny:  []string{"toolq.jobs.code_mode.result", "toolq.jobs.exec.decide", "$JS.EVENT.>"},
+		subAllow: []string{"_INBOX.>", "toolq.events.>"},
+	}
+	roleTenantApprover = role{
+		pubAllow: []string{"toolq.jobs.exec.decide", "$JS.API.DIRECT.GET.TOOLQ_EVENTS.toolq.events.>", "_INBOX.>"},
+		pubDeny:  []string{"$JS.EVENT.>"},
 		subAllow: []string{"_INBOX.>", "toolq.events.>"},
 	}
 )
@@ -75,6 +86,10 @@ func (r role) permissions(s contracts.Subjects) jwt.Permissions {
 	}
 	for _, subj := range r.subAllow {
 		perms.Sub.Allow.Add(rn.Replace(subj))
+	}
+	if r.resp != nil {
+		resp := *r.resp
+		perms.Resp = &resp
 	}
 	return perms
 }

@@ -71,6 +71,18 @@ type Tenant struct {
 	JWT string
 	// Creds is the path of the agent user's credentials file.
 	Creds string
+	// Approvers are the paths of the approvers' user JWTs, one per
+	// AddOpts.Approvers key (no seed: it stays with its person).
+	Approvers []string
+}
+
+// AddOpts are the options of AddTenant.
+type AddOpts struct {
+	// Approvers are public user nkeys (U…) of the tenant's exec approvers:
+	// each gets a user JWT of the tenant's account with the
+	// TENANT_APPROVER permissions. Give the same keys to tenant register
+	// --approver.
+	Approvers []string
 }
 
 func (c *Config) path(elem ...string) string {
@@ -189,12 +201,20 @@ resolver {
 // with the tenant-agent permissions. The account's JWT goes to the
 // resolver's store, where a server finds it when the tenant first
 // connects; Push gives it to a server that runs already.
-func AddTenant(cfg *Config, name string) (*Tenant, error) {
+func AddTenant(cfg *Config, name string, opts *AddOpts) (*Tenant, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if err := ValidName(name); err != nil {
 		return nil, err
+	}
+	if opts == nil {
+		opts = &AddOpts{}
+	}
+	for _, k := range opts.Approvers {
+		if !nkeys.IsValidPublicUserKey(k) {
+			return nil, contracts.Errorf(contracts.CodeInvalidInput, "tenantjwt: approver %q is not a public user nkey (U…)", k)
+		}
 	}
 	signer, err := readKey(cfg.path("keys", "operator-signing.nk"))
 	if err != nil {
@@ -217,6 +237,22 @@ func AddTenant(cfg *Config, name string) (*Tenant, error) {
 	if err := cfg.newUser(acct, name+"-agent", &perms, credsName); err != nil {
 		return nil, err
 	}
+	var approvers []string
+	aperms := roleTenantApprover.permissions(cfg.Subjects)
+	for _, k := range opts.Approvers {
+		uc := jwt.NewUserClaims(k)
+		uc.Name = name + "-approver"
+		uc.Permissions = aperms
+		theJWT, err := uc.Encode(acct.kp)
+		if err != nil {
+			return nil, fmt.Errorf("tenantjwt: approver %s: %w", k, err)
+		}
+		path := cfg.path("creds", name+"-approver-"+k+".jwt")
+		if err := writeFile(path, []byte(theJWT)); err != nil {
+			return nil, err
+		}
+		approvers = append(approvers, path)
+	}
 	if err := writeFile(cfg.path("tenants", name), []byte(acct.pub+"\n")); err != nil {
 		return nil, err
 	}
@@ -224,7 +260,7 @@ func AddTenant(cfg *Config, name string) (*Tenant, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tenantjwt: %w", err)
 	}
-	return &Tenant{Name: name, Account: acct.pub, JWT: string(theJWT), Creds: cfg.path("creds", credsName)}, nil
+	return &Tenant{Name: name, Account: acct.pub, JWT: string(theJWT), Creds: cfg.path("creds", credsName), Approvers: approvers}, nil
 }
 
 // CheckImports refuses an account whose imports are not the shares of
@@ -266,6 +302,7 @@ type share struct {
 	kind   jwt.ExportType
 	remote func(tenant string) string
 	local  string
+	resp   jwt.ResponseType // of a service: "" is a single reply
 }
 
 func shares(s contracts.Subjects) []share {
@@ -273,12 +310,14 @@ func shares(s contracts.Subjects) []share {
 	catalog := contracts.KVSubject(s.CatalogBucket(), "")
 	direct := "$JS.API.DIRECT.GET." + s.EventsStream() + "."
 	return []share{
-		{jwt.Service, func(t string) string { return s.TenantRoot(t) + ".jobs.>" }, s.Jobs()},
-		{jwt.Service, func(t string) string { return s.TenantRoot(t) + ".cancel.*" }, s.Cancels()},
-		{jwt.Service, func(t string) string { return cancels + t + ".*" }, cancels + "*"},
-		{jwt.Service, func(t string) string { return catalog + "t." + t + ".client.>" }, catalog + "client.>"},
-		{jwt.Service, func(t string) string { return direct + s.TenantRoot(t) + ".events.>" }, direct + s.Events()},
-		{jwt.Stream, func(t string) string { return s.TenantRoot(t) + ".events.>" }, s.Events()},
+		{jwt.Service, func(t string) string { return s.TenantRoot(t) + ".jobs.>" }, s.Jobs(), ""},
+		{jwt.Service, func(t string) string { return s.TenantRoot(t) + ".cancel.*" }, s.Cancels(), ""},
+		{jwt.Service, func(t string) string { return cancels + t + ".*" }, cancels + "*", ""},
+		{jwt.Service, func(t string) string { return catalog + "t." + t + ".client.>" }, catalog + "client.>", ""},
+		// A replay is answered with many messages: a streamed response.
+		{jwt.Service, func(t string) string { return s.TenantRoot(t) + ".replay.*" }, s.Replay("*"), jwt.ResponseTypeStream},
+		{jwt.Service, func(t string) string { return direct + s.TenantRoot(t) + ".events.>" }, direct + s.Events(), ""},
+		{jwt.Stream, func(t string) string { return s.TenantRoot(t) + ".events.>" }, s.Events(), ""},
 	}
 }
 
@@ -303,7 +342,7 @@ func toolqAccount(s contracts.Subjects, pub string) *jwt.AccountClaims {
 	for _, sh := range shares(s) {
 		ac.Exports.Add(&jwt.Export{
 			Name: sh.local, Subject: jwt.Subject(sh.remote("*")), Type: sh.kind,
-			AccountTokenPosition: sh.tokenPosition(),
+			AccountTokenPosition: sh.tokenPosition(), ResponseType: sh.resp,
 		})
 	}
 	return ac

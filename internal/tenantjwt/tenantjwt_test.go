@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/conf"
@@ -57,7 +58,7 @@ func TestRolesMatchTenantsConf(t *testing.T) {
 	m := tenantsConf(t)
 	for name, r := range map[string]role{
 		"TOOLQ_WORKER": roleWorker, "TOOLQ_SCHEDULER": roleScheduler,
-		"TOOLQ_APPROVER": roleApprover, "TENANT_AGENT": roleTenantAgent,
+		"TOOLQ_APPROVER": roleApprover, "TENANT_AGENT": roleTenantAgent, "TENANT_APPROVER": roleTenantApprover,
 	} {
 		pub, subs := sub(t, m[name], "publish"), sub(t, m[name], "subscribe")
 		perms := r.permissions(contracts.Subjects{})
@@ -65,6 +66,18 @@ func TestRolesMatchTenantsConf(t *testing.T) {
 		require.ElementsMatch(t, strs(t, pub["deny"]), []string(perms.Pub.Deny), name)
 		require.ElementsMatch(t, strs(t, subs["allow"]), []string(perms.Sub.Allow), name)
 		require.Empty(t, perms.Sub.Deny, name)
+		resp, _ := m[name].(map[string]any)["allow_responses"].(map[string]any)
+		if resp == nil {
+			require.Nil(t, perms.Resp, name)
+			continue
+		}
+		require.NotNil(t, perms.Resp, name)
+		require.Equal(t, resp["max"], int64(perms.Resp.MaxMsgs), name)
+		expires, ok := resp["expires"].(string)
+		require.True(t, ok, name)
+		d, err := time.ParseDuration(expires)
+		require.NoError(t, err, name)
+		require.Equal(t, d, perms.Resp.Expires, name)
 	}
 }
 
@@ -76,8 +89,8 @@ func TestSharesMatchTenantsConf(t *testing.T) {
 	m := tenantsConf(t)
 	accounts := sub(t, m, "accounts")
 	type export struct {
-		kind, subject string
-		pos           uint
+		kind, subject, resp string
+		pos                 uint
 	}
 	var want []export
 	exports, ok := sub(t, accounts, "TOOLQ")["exports"].([]any)
@@ -89,13 +102,21 @@ func TestSharesMatchTenantsConf(t *testing.T) {
 		require.True(t, ok)
 		for _, kind := range []string{"service", "stream"} {
 			if s, ok := em[kind].(string); ok {
-				want = append(want, export{kind, s, uint(pos)}) //nolint:gosec // G115: a small position
+				resp, _ := em["response_type"].(string)
+				if resp == "" && kind == "service" {
+					resp = string(jwt.ResponseTypeSingleton)
+				}
+				want = append(want, export{kind, s, strings.ToLower(resp), uint(pos)}) //nolint:gosec // G115: a small position
 			}
 		}
 	}
 	var got []export
 	for _, e := range toolqAccount(contracts.Subjects{}, "A").Exports {
-		got = append(got, export{e.Type.String(), string(e.Subject), e.AccountTokenPosition})
+		resp := e.ResponseType
+		if resp == "" && e.IsService() {
+			resp = jwt.ResponseTypeSingleton
+		}
+		got = append(got, export{e.Type.String(), string(e.Subject), strings.ToLower(string(resp)), e.AccountTokenPosition})
 	}
 	require.ElementsMatch(t, want, got)
 
@@ -132,8 +153,22 @@ func TestInitAndAddTenant(t *testing.T) {
 	_, err = Init(cfg)
 	require.ErrorIs(t, err, contracts.ErrInvalidInput, "%v", err)
 
-	tn, err := AddTenant(cfg, "ACME")
+	person, err := nkeys.CreateUser()
 	require.NoError(t, err)
+	personPub, err := person.PublicKey()
+	require.NoError(t, err)
+	_, err = AddTenant(cfg, "BADAPPROVER", &AddOpts{Approvers: []string{setup.Toolq}})
+	require.ErrorIs(t, err, contracts.ErrInvalidInput)
+	tn, err := AddTenant(cfg, "ACME", &AddOpts{Approvers: []string{personPub}})
+	require.NoError(t, err)
+	require.Len(t, tn.Approvers, 1)
+	ajwt, err := os.ReadFile(tn.Approvers[0])
+	require.NoError(t, err)
+	uc, err := jwt.DecodeUserClaims(string(ajwt))
+	require.NoError(t, err)
+	require.Equal(t, personPub, uc.Subject)
+	require.Equal(t, tn.Account, uc.Issuer, "the approver is a user of the tenant's account")
+	require.Equal(t, roleTenantApprover.permissions(cfg.Subjects), uc.Permissions)
 	require.True(t, nkeys.IsValidPublicAccountKey(tn.Account))
 	ac, err := jwt.DecodeAccountClaims(tn.JWT)
 	require.NoError(t, err)
@@ -165,10 +200,10 @@ func TestInitAndAddTenant(t *testing.T) {
 	_, err = os.Stat(filepath.Join(cfg.Dir, "jwt", otherPub+".jwt"))
 	require.ErrorIs(t, err, os.ErrNotExist)
 
-	_, err = AddTenant(cfg, "ACME")
+	_, err = AddTenant(cfg, "ACME", nil)
 	require.ErrorIs(t, err, contracts.ErrInvalidInput, "%v", err)
 	for _, bad := range []string{"", "a.b", "TOOLQ", "sys", "$G", "x>"} {
-		_, err = AddTenant(cfg, bad)
+		_, err = AddTenant(cfg, bad, nil)
 		require.ErrorIs(t, err, contracts.ErrInvalidInput, "%q: %v", bad, err)
 	}
 

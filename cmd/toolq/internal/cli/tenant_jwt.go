@@ -68,8 +68,9 @@ credentials     %s: worker, scheduler, approver, sys
 
 func newTenantJWTAddCmd(g *globals) *cobra.Command {
 	var (
-		dir  string
-		push bool
+		dir       string
+		push      bool
+		approvers []string
 	)
 	cmd := &cobra.Command{
 		Use:   "add NAME",
@@ -83,6 +84,12 @@ connects) and the agent's credentials to --dir/creds/NAME-agent.creds.
 --push also sends the JWT to the running servers ($SYS.REQ.CLAIMS.UPDATE),
 logging in as a system account user (--creds DIR/creds/sys.creds).
 
+--approver UKEY issues a user JWT of the tenant's account with the
+TENANT_APPROVER permissions for a person's public nkey, written to
+--dir/creds/NAME-approver-UKEY.jwt; the person logs in with it and their
+own seed (nats.UserJWTAndSeed, or a creds file of the two) and signs
+decisions with the same seed. Give the key to tenant register --approver.
+
 The tenant id printed is the account's public key: register it (tenant
 register ID, as a user of the toolq account) so that workers serve it.`,
 		Example: `  toolq tenant jwt add ACME --dir ./operator
@@ -94,7 +101,7 @@ register ID, as a user of the toolq account) so that workers serve it.`,
 				return contracts.Errorf(contracts.CodeInvalidInput, "tenant jwt add: --dir is required")
 			}
 			cfg := &tenantjwt.Config{Dir: dir, Subjects: g.subjects()}
-			tn, err := tenantjwt.AddTenant(cfg, args[0])
+			tn, err := tenantjwt.AddTenant(cfg, args[0], &tenantjwt.AddOpts{Approvers: approvers})
 			if err != nil {
 				return fmt.Errorf("tenant jwt add: %w", err)
 			}
@@ -111,7 +118,7 @@ register ID, as a user of the toolq account) so that workers serve it.`,
 			}
 			if g.jsonOut {
 				return g.printJSON(map[string]any{
-					"tenant": tn.Account, "name": tn.Name, "creds": tn.Creds, "pushed": push,
+					"tenant": tn.Account, "name": tn.Name, "creds": tn.Creds, "approvers": tn.Approvers, "pushed": push,
 					"stream": g.subjects().TenantJobsStream(tn.Account),
 				})
 			}
@@ -120,6 +127,7 @@ register ID, as a user of the toolq account) so that workers serve it.`,
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "the directory of tenant jwt init (required)")
+	cmd.Flags().StringArrayVar(&approvers, "approver", nil, "public user nkey (U…) of the tenant's exec approver, issued a TENANT_APPROVER user JWT; repeatable")
 	cmd.Flags().BoolVar(&push, "push", false, "also send the account JWT to the running servers (log in as a system account user)")
 	return cmd
 }

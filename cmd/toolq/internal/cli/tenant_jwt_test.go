@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -31,10 +32,19 @@ func TestTenantJWT(t *testing.T) {
 	require.NotEqual(t, 0, code, "a second init over the same operator")
 	require.Contains(t, errOut, "already has an operator")
 
-	code, out, errOut = run(t, "--log-level", "warn", "tenant", "jwt", "add", "ACME", "--dir", dir)
+	person, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	personPub, err := person.PublicKey()
+	require.NoError(t, err)
+	code, out, errOut = run(t, "--log-level", "warn", "tenant", "jwt", "add", "ACME", "--dir", dir, "--approver", personPub)
 	require.Equal(t, 0, code, errOut)
 	acme := strings.TrimSpace(out)
 	require.True(t, nkeys.IsValidPublicAccountKey(acme), out)
+	_, err = os.Stat(filepath.Join(dir, "creds", "ACME-approver-"+personPub+".jwt"))
+	require.NoError(t, err, "the approver's user JWT")
+	code, _, errOut = run(t, "tenant", "jwt", "add", "OTHER", "--dir", dir, "--approver", acme)
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errOut, "not a public user nkey")
 	for _, bad := range []string{"ACME", "TOOLQ", "a.b"} {
 		code, _, errOut = run(t, "tenant", "jwt", "add", bad, "--dir", dir)
 		require.NotEqual(t, 0, code, bad)
