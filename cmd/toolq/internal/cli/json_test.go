@@ -181,6 +181,8 @@ func TestJSONFlagReachesEveryCommand(t *testing.T) {
 		// Tested elsewhere with --json: approve and deny (TestApproveDenyJSON),
 		// bench (TestBenchJSON), dev (TestDevJSON).
 		"toolq approve": true, "toolq deny": true, "toolq bench": true, "toolq dev": true,
+		// tenant jwt init and add (TestTenantJWT).
+		"toolq tenant jwt init": true, "toolq tenant jwt add": true,
 		// Servers whose only output is their logs: --json makes them JSON
 		// (the same handler as dev's).
 		"toolq worker": true, "toolq scheduler": true,

@@ -22,7 +22,7 @@ func newTenantCmd(g *globals) *cobra.Command {
 		Use:   "tenant",
 		Short: "Manage the tenants of a multi-tenant bus (deploy/nats/tenants.conf)",
 	}
-	cmd.AddCommand(newTenantAddCmd(g), newTenantRegisterCmd(g), newTenantLsCmd(g), newTenantRmCmd(g))
+	cmd.AddCommand(newTenantAddCmd(g), newTenantRegisterCmd(g), newTenantLsCmd(g), newTenantRmCmd(g), newTenantJWTCmd(g))
 	return cmd
 }
 
