@@ -329,11 +329,13 @@ func (p *Producer) Cancel(ctx context.Context, session, jobID string) error {
 		return p.cancelImported(ctx, session, jobID)
 	}
 	// 1. A durable mark: whichever worker pulls the job later skips it.
-	if _, err := p.cancels.Put(ctx, jobID, []byte(session)); err != nil {
+	// The key names the session: a job of another session with this id
+	// is not touched by it.
+	if _, err := p.cancels.Put(ctx, contracts.CancelKey("", session, jobID), []byte(session)); err != nil {
 		return fmt.Errorf("producer: cancel %s: %w", jobID, err)
 	}
-	// 2. Tell running workers at once.
-	if err := p.nc.Publish(p.cfg.Subjects.Cancel(jobID), nil); err != nil {
+	// 2. Tell running workers at once; the body names the session.
+	if err := p.nc.Publish(p.cfg.Subjects.Cancel(jobID), []byte(session)); err != nil {
 		return fmt.Errorf("producer: cancel %s: %w", jobID, err)
 	}
 	// 3. End the job, unless it already ended.
@@ -378,10 +380,11 @@ func (p *Producer) cancelImported(ctx context.Context, session, jobID string) er
 		}
 		return fmt.Errorf("%w: %s", ErrFinished, last.Data.Status)
 	}
-	if _, err := p.js.Publish(ctx, contracts.KVSubject(p.cfg.Subjects.CancelsBucket(), jobID), []byte(session)); err != nil {
+	// The import puts the tenant in front of the key.
+	if _, err := p.js.Publish(ctx, contracts.KVSubject(p.cfg.Subjects.CancelsBucket(), contracts.CancelKey("", session, jobID)), []byte(session)); err != nil {
 		return fmt.Errorf("producer: cancel %s: %w", jobID, err)
 	}
-	if err := p.nc.Publish(p.cfg.Subjects.Cancel(jobID), nil); err != nil {
+	if err := p.nc.Publish(p.cfg.Subjects.Cancel(jobID), []byte(session)); err != nil {
 		return fmt.Errorf("producer: cancel %s: %w", jobID, err)
 	}
 	return nil

@@ -46,9 +46,11 @@
 //
 // # Cancellation and shutdown
 //
-// A cancelled job id is recorded in the toolq_cancels bucket (and announced
-// on toolq.cancel.<job_id>): a queued job never starts, a running job's
-// context is cancelled. The worker's watch of that bucket is the one cancel
+// A cancel is recorded in the toolq_cancels bucket under the job's session
+// and id (contracts.CancelKey), and announced on toolq.cancel.<job_id>
+// with the session as the body: a queued job never starts, a running job's
+// context is cancelled. A cancel that names another session than the
+// job's does neither, so a job id alone cancels nothing. The worker's watch of that bucket is the one cancel
 // feed of the process: tool packs follow it through OnCancel hooks. The
 // worker remembers at most 100,000 recent cancels and looks a job up in the
 // bucket when it had to forget some. Stop

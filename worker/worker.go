@@ -57,8 +57,8 @@ type Worker struct {
 	onCancel    []CancelHook
 	started     bool                 // Start began: no more Register, Use, OnCancel
 	stopping    bool                 // Stop began: no new reaper goroutines
-	inflight    map[string]*inflight // by job id
-	cancels     *cancelMemory        // recently cancelled job ids
+	inflight    map[string]*inflight // by contracts.CancelKey
+	cancels     *cancelMemory        // recent cancels, by contracts.CancelKey
 
 	events  *bus.Events
 	jobs    jetstream.Stream

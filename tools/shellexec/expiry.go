@@ -59,7 +59,7 @@ func (s *ShellExec) expire(ctx context.Context, id string) error {
 // command or background session is killed, and its pending approval is
 // marked cancelled so no later decision runs it.
 func (s *ShellExec) onCancel(ctx context.Context, session, jobID string) {
-	s.stopRun(jobID, errJobCancelled)
+	s.stopRun(session, jobID, errJobCancelled)
 	s.cancelApproval(ctx, session, jobID)
 }
 

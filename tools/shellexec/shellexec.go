@@ -39,7 +39,7 @@ type ShellExec struct {
 	loops  sync.WaitGroup
 
 	mu       sync.Mutex
-	running  map[string]context.CancelCauseFunc // by the job id a cancel names
+	running  map[string]context.CancelCauseFunc // by the contracts.CancelKey a cancel names
 	sessions int                                // background sessions running
 }
 
@@ -191,19 +191,20 @@ func (s *ShellExec) stop(context.Context) error {
 	return nil
 }
 
-// track registers a run that a cancel of jobID ends. It checks the cancels
-// bucket once after registering, so a cancel recorded just before is not
-// missed by the watch.
-func (s *ShellExec) track(ctx context.Context, jobID string, cancel context.CancelCauseFunc) (untrack func()) {
+// track registers a run that a cancel of jobID in session ends. It checks
+// the cancels bucket once after registering, so a cancel recorded just
+// before is not missed by the watch.
+func (s *ShellExec) track(ctx context.Context, session, jobID string, cancel context.CancelCauseFunc) (untrack func()) {
+	key := contracts.CancelKey("", session, jobID)
 	s.mu.Lock()
-	s.running[jobID] = cancel
+	s.running[key] = cancel
 	s.mu.Unlock()
-	if _, err := s.cancels.Get(ctx, jobID); err == nil {
+	if _, err := s.cancels.Get(ctx, key); err == nil {
 		cancel(errJobCancelled)
 	}
 	return func() {
 		s.mu.Lock()
-		delete(s.running, jobID)
+		delete(s.running, key)
 		s.mu.Unlock()
 	}
 }
@@ -225,10 +226,11 @@ func (s *ShellExec) dropSession() {
 	s.mu.Unlock()
 }
 
-// stopRun cancels the tracked run of jobID with cause, if there is one.
-func (s *ShellExec) stopRun(jobID string, cause error) {
+// stopRun cancels the tracked run of jobID in session with cause, if
+// there is one.
+func (s *ShellExec) stopRun(session, jobID string, cause error) {
 	s.mu.Lock()
-	stop := s.running[jobID]
+	stop := s.running[contracts.CancelKey("", session, jobID)]
 	s.mu.Unlock()
 	if stop != nil {
 		stop(cause)
