@@ -50,6 +50,10 @@ func TestQueuedCancelNamesTheSession(t *testing.T) {
 	// The job's own session cancels one of its queued jobs.
 	own := b.submit(t, "later", `{}`, nil)
 	require.NoError(t, b.prod.Cancel(testutil.Context(t, 5*time.Second), own.Session, own.ID))
+	// And cancels an id before its submit lands (a cancel racing a
+	// submit): the producer finds no job, the mark still holds.
+	require.ErrorIs(t, b.prod.Cancel(testutil.Context(t, 5*time.Second), "s1", "raced"), producer.ErrUnknownJob)
+	raced := b.submit(t, "later", `{}`, &producer.SubmitOpts{ID: "raced"})
 
 	b.startWorker(t, nil, later)
 	for _, job := range []*contracts.Job{victim, queued} {
@@ -57,8 +61,10 @@ func TestQueuedCancelNamesTheSession(t *testing.T) {
 		require.Equal(t, contracts.StatusCompleted, ev.Data.Status, "%s: %v", job.ID, ev.Data.Error)
 		require.JSONEq(t, `"ran"`, string(ev.Data.Result))
 	}
-	ev := b.await(t, own)
-	require.Equal(t, contracts.StatusCancelled, ev.Data.Status)
+	for _, job := range []*contracts.Job{own, raced} {
+		ev := b.await(t, job)
+		require.Equal(t, contracts.StatusCancelled, ev.Data.Status, job.ID)
+	}
 	requireQueueEmpty(t, b)
 	close(ran)
 	var runs []string
