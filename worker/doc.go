@@ -44,6 +44,14 @@
 // under a deterministic id. The worker names no tool of its own: the tool
 // pack that makes nested calls names its continuation.
 //
+// # Jobs nobody serves
+//
+// Every worker sweeps the jobs streams it serves for tools with no live
+// consumer (none, or one with no pull waiting and no job in flight) and
+// moves their jobs that waited longer than Config.MaxQueueTime (15 min by
+// default; Config.MaxQueueTimes per tool) to the DLQ with a failed event,
+// code runtime_unavailable, so that their requesters hear.
+//
 // # Cancellation and shutdown
 //
 // A cancel is recorded in the toolq_cancels bucket under the job's session

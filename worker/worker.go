@@ -297,6 +297,10 @@ func (w *Worker) startConsuming(ctx context.Context) error {
 	}
 	w.loops.Add(1)
 	go w.heartbeats()
+	if iv := w.sweepInterval(); iv > 0 {
+		w.loops.Add(1)
+		go w.sweepUnserved(iv) //nolint:contextcheck // the sweep loop is owned by Start/Stop and uses the worker's run context
+	}
 	w.loops.Add(1)
 	go w.watchConnection(w.nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED))
 	return nil
