@@ -454,6 +454,9 @@ func TestTenancy(t *testing.T) {
 		ctx := testutil.Context(t, 30*time.Second)
 		// A pre-cancel of a guessed id, then the victim's job with it.
 		require.NoError(t, b.globexP.Cancel(ctx, "s1", "acme-pre"))
+		// The same from the victim's own tenant, in another session.
+		require.NoError(t, b.acmeP.Cancel(ctx, "intruder", "acme-pre"))
+		require.NoError(t, b.acme.Flush())
 		b.victimJob(t, "acme-pre")
 
 		// A running job: the attacker cancels it by id.
@@ -462,6 +465,10 @@ func TestTenancy(t *testing.T) {
 		require.Equal(t, "acme-hold", <-b.holds)
 		require.NoError(t, b.globexP.Cancel(ctx, victim.Session, victim.ID))
 		require.NoError(t, b.globex.Flush())
+		// An agent of the victim's own tenant, in another session, cancels
+		// it by id: a cancel binds the session too.
+		require.NoError(t, b.acmeP.Cancel(ctx, "intruder", victim.ID))
+		require.NoError(t, b.acme.Flush())
 		// The victim cancels a job of its own, which ends: the worker has
 		// heard the cancels sent before (the same bucket, the same feed).
 		own, err := b.acmeP.Submit(ctx, "hold", nil, &producer.SubmitOpts{ID: "acme-own-hold"})
@@ -482,7 +489,8 @@ func TestTenancy(t *testing.T) {
 		ctx := testutil.Context(t, 10*time.Second)
 		cancels, err := b.wjs.KeyValue(ctx, contracts.Subjects{}.CancelsBucket())
 		require.NoError(t, err)
-		_, err = cancels.Put(ctx, "ACME.acme-marked", []byte("s1"))
+		marked := contracts.CancelKey("ACME", "s1", "acme-marked")
+		_, err = cancels.Put(ctx, marked, []byte("s1"))
 		require.NoError(t, err)
 		for _, rollup := range []string{"all", "sub"} {
 			msg := &nats.Msg{
@@ -493,7 +501,7 @@ func TestTenancy(t *testing.T) {
 			require.NoError(t, err)
 			_, _ = gjs.PublishMsg(short(t), msg)
 		}
-		e, err := cancels.Get(ctx, "ACME.acme-marked")
+		e, err := cancels.Get(ctx, marked)
 		require.NoError(t, err, "another tenant's cancel mark was wiped")
 		require.Equal(t, "s1", string(e.Value()))
 	})

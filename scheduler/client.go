@@ -122,7 +122,9 @@ func NewClient(nc *nats.Conn, cfg *ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	prod, err := producer.New(nc, &producer.Config{Subjects: c.Subjects, Timeout: c.Timeout, Logger: c.Logger, Name: "scheduler"})
+	// A firing has no caller to refuse: a job for a tool nobody serves is
+	// queued and ended by the workers' queue-time limit, with an event.
+	prod, err := producer.New(nc, &producer.Config{Subjects: c.Subjects, Timeout: c.Timeout, Logger: c.Logger, Name: "scheduler", SubmitUnserved: true})
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}

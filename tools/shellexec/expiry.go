@@ -67,7 +67,7 @@ func (s *ShellExec) expire(ctx context.Context, tenant, id string) error {
 // marked cancelled so no later decision runs it. The feed carries the
 // default tenant's cancels.
 func (s *ShellExec) onCancel(ctx context.Context, session, jobID string) {
-	s.stopRun("", jobID, errJobCancelled)
+	s.stopRun("", session, jobID, errJobCancelled)
 	s.cancelApproval(ctx, "", session, jobID)
 }
 

@@ -42,7 +42,7 @@ type ShellExec struct {
 	loops  sync.WaitGroup
 
 	mu       sync.Mutex
-	running  map[string]context.CancelCauseFunc // by contracts.TenantKey of the job id a cancel names
+	running  map[string]context.CancelCauseFunc // by the contracts.CancelKey a cancel names
 	sessions int                                // background sessions running
 }
 
@@ -195,11 +195,11 @@ func (s *ShellExec) stop(context.Context) error {
 	return nil
 }
 
-// track registers a run that a cancel of tenant's jobID ends. It checks
-// the cancels bucket once after registering, so a cancel recorded just
-// before is not missed by the watch.
-func (s *ShellExec) track(ctx context.Context, tenant, jobID string, cancel context.CancelCauseFunc) (untrack func()) {
-	key := contracts.TenantKey(tenant, jobID) // the cancels bucket's key too
+// track registers a run that a cancel of tenant's jobID in session ends.
+// It checks the cancels bucket once after registering, so a cancel
+// recorded just before is not missed by the watch.
+func (s *ShellExec) track(ctx context.Context, tenant, session, jobID string, cancel context.CancelCauseFunc) (untrack func()) {
+	key := contracts.CancelKey(tenant, session, jobID) // the cancels bucket's key too
 	s.mu.Lock()
 	s.running[key] = cancel
 	s.mu.Unlock()
@@ -230,11 +230,11 @@ func (s *ShellExec) dropSession() {
 	s.mu.Unlock()
 }
 
-// stopRun cancels the tracked run of tenant's jobID with cause, if there
-// is one.
-func (s *ShellExec) stopRun(tenant, jobID string, cause error) {
+// stopRun cancels the tracked run of tenant's jobID in session with
+// cause, if there is one.
+func (s *ShellExec) stopRun(tenant, session, jobID string, cause error) {
 	s.mu.Lock()
-	stop := s.running[contracts.TenantKey(tenant, jobID)]
+	stop := s.running[contracts.CancelKey(tenant, session, jobID)]
 	s.mu.Unlock()
 	if stop != nil {
 		stop(cause)
