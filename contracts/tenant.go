@@ -80,6 +80,10 @@ func (s Subjects) TenantEvent(tenant, session, jobID string) string {
 // <prefix>.t.*.events.>.
 func (s Subjects) TenantEvents() string { return s.tenant("*") + ".events.>" }
 
+// TenantCancel is the core subject that cancels tenant's job jobID, as the
+// toolq account sees it: Cancel(jobID) for the default tenant.
+func (s Subjects) TenantCancel(tenant, jobID string) string { return s.tenant(tenant) + ".cancel." + jobID }
+
 // TenantCancels is the wildcard of every named tenant's cancel subjects:
 // <prefix>.t.*.cancel.*.
 func (s Subjects) TenantCancels() string { return s.tenant("*") + ".cancel.*" }

@@ -551,6 +551,37 @@ func TestTenancy(t *testing.T) {
 		require.Equal(t, contracts.CodeInvalidInput, ev.Data.Error.Code)
 	})
 
+	t.Run("2c a tenant's cancel ends its suspended run and its parked exec job", func(t *testing.T) {
+		ctx := testutil.Context(t, 60*time.Second)
+		run, err := b.acmeP.SubmitCode(ctx, &contracts.CodeModeExecInput{
+			Code: `return await tools.callValue("toolq:core:hold", {});`, AutoResume: true,
+		}, &producer.SubmitOpts{ID: "acme-cancel-run", Session: "cancels"})
+		require.NoError(t, err)
+		waiting, err := b.acmeP.AwaitCodeMode(ctx, run.Session, run.ID, &producer.AwaitOpts{Parked: true})
+		require.NoError(t, err)
+		require.Equal(t, contracts.CodeModeWaiting, waiting.Status, waiting.Error)
+		nested := <-b.holds
+		// Another tenant's cancel of the same ids does nothing.
+		_ = b.globexP.Cancel(short(t), run.Session, run.ID)
+		require.NoError(t, b.acmeP.Cancel(ctx, run.Session, run.ID))
+		ev, err := b.acmeP.Await(ctx, run.Session, run.ID, nil)
+		require.NoError(t, err)
+		require.Equal(t, contracts.StatusCancelled, ev.Data.Status, "the run's exec job ends cancelled in ACME's events")
+		nev, err := b.acmeP.Await(ctx, run.Session, nested, nil)
+		require.NoError(t, err)
+		require.Equal(t, contracts.StatusCancelled, nev.Data.Status, "its nested call is cancelled in ACME too")
+
+		job, err := b.acmeP.Submit(ctx, "exec", json.RawMessage(`{"command":"uname -a"}`), &producer.SubmitOpts{ID: "acme-cancel-exec", Session: "cancels"})
+		require.NoError(t, err)
+		pev, err := b.acmeP.Await(ctx, job.Session, job.ID, &producer.AwaitOpts{Parked: true})
+		require.NoError(t, err)
+		require.Equal(t, contracts.StatusApprovalPending, pev.Data.Status)
+		require.NoError(t, b.acmeP.Cancel(ctx, job.Session, job.ID))
+		ev, err = b.acmeP.Await(ctx, job.Session, job.ID, nil)
+		require.NoError(t, err)
+		require.Equal(t, contracts.StatusCancelled, ev.Data.Status, "a parked exec job ends cancelled in ACME's events")
+	})
+
 	t.Run("3b code mode for a tenant, and another tenant's reach into its run", func(t *testing.T) {
 		ctx := testutil.Context(t, 60*time.Second)
 		run, err := b.acmeP.SubmitCode(ctx, &contracts.CodeModeExecInput{

@@ -56,9 +56,8 @@ func (w *Worker) startCancelWatch(ctx context.Context) error {
 				continue
 			}
 			w.markCancelled(entry.Key())
-			if !initial && tenant == "" {
-				// The hooks serve the default tenant's jobs.
-				w.announce(cancelNote{session: session, jobID: id})
+			if !initial {
+				w.announce(cancelNote{tenant: tenant, session: session, jobID: id})
 			}
 		}
 		if initial {
@@ -74,7 +73,7 @@ func (w *Worker) startCancelWatch(ctx context.Context) error {
 }
 
 // cancelNote is one cancel on its way to the hooks.
-type cancelNote struct{ session, jobID string }
+type cancelNote struct{ tenant, session, jobID string }
 
 // cancelFeedBuffer is how many cancels may wait for slow hooks before the
 // watch waits for them.
@@ -102,7 +101,7 @@ func (w *Worker) runCancelHooks(feed <-chan cancelNote) {
 			return
 		case n := <-feed:
 			for _, h := range w.onCancel {
-				h(ctx, n.session, n.jobID)
+				h(ctx, n.tenant, n.session, n.jobID)
 			}
 		}
 	}

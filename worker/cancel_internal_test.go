@@ -74,7 +74,7 @@ func TestForgottenCancelIsLookedUp(t *testing.T) {
 		return json.RawMessage(`1`), nil
 	}), nil))
 	heard := make(chan string, 64)
-	require.NoError(t, w.OnCancel(func(_ context.Context, _, id string) { heard <- id }))
+	require.NoError(t, w.OnCancel(func(_ context.Context, _, _, id string) { heard <- id }))
 	require.NoError(t, w.Start(testutil.Context(t, 10*time.Second)))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -154,19 +154,19 @@ func TestCancelHooksHearTheFeed(t *testing.T) {
 	var order []string
 	var mu sync.Mutex
 	w := b.startWorker(t, nil, func(w *worker.Worker) {
-		require.NoError(t, w.OnCancel(func(_ context.Context, session, jobID string) {
+		require.NoError(t, w.OnCancel(func(_ context.Context, _, session, jobID string) {
 			mu.Lock()
 			order = append(order, "first")
 			mu.Unlock()
 			heard <- [2]string{session, jobID}
 		}))
-		require.NoError(t, w.OnCancel(func(context.Context, string, string) {
+		require.NoError(t, w.OnCancel(func(context.Context, string, string, string) {
 			mu.Lock()
 			order = append(order, "second")
 			mu.Unlock()
 		}))
 	})
-	require.ErrorIs(t, w.OnCancel(func(context.Context, string, string) {}), worker.ErrStarted)
+	require.ErrorIs(t, w.OnCancel(func(context.Context, string, string, string) {}), worker.ErrStarted)
 
 	ctx := testutil.Context(t, 10*time.Second)
 	// Ids no job has yet: the producer says so, and the mark is written.
