@@ -82,7 +82,9 @@ func (s Subjects) TenantEvents() string { return s.tenant("*") + ".events.>" }
 
 // TenantCancel is the core subject that cancels tenant's job jobID, as the
 // toolq account sees it: Cancel(jobID) for the default tenant.
-func (s Subjects) TenantCancel(tenant, jobID string) string { return s.tenant(tenant) + ".cancel." + jobID }
+func (s Subjects) TenantCancel(tenant, jobID string) string {
+	return s.tenant(tenant) + ".cancel." + jobID
+}
 
 // TenantCancels is the wildcard of every named tenant's cancel subjects:
 // <prefix>.t.*.cancel.*.
