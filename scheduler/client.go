@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
 	"github.com/toolq/toolq/producer"
 )
 
@@ -152,6 +153,7 @@ func (c *Client) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 		Bucket:      c.Bucket(),
 		Description: "toolq schedules: def.<id> is a schedule, fired.<id> its last fire time",
 		History:     1,
+		MaxBytes:    bus.Config{Subjects: c.cfg.Subjects}.MaxBytesOf(c.cfg.Subjects.SchedulesBucket()),
 		Storage:     jetstream.FileStorage,
 		Replicas:    c.cfg.Replicas,
 	}

@@ -149,9 +149,11 @@ func (s *ShellExec) start(ctx context.Context) error {
 	if err := bus.Ensure(ctx, s.js, bus.Config{Subjects: sub, Replicas: s.cfg.Replicas, Storage: s.cfg.Storage}); err != nil {
 		return err
 	}
+	bounds := bus.Config{Subjects: sub, MaxBytes: s.cfg.MaxBytes}
 	approvals, err := bus.EnsureKV(ctx, s.js, jetstream.KeyValueConfig{
 		Bucket:      sub.ApprovalsBucket(),
 		Description: "exec commands waiting for a person's decision",
+		MaxBytes:    bounds.MaxBytesOf(sub.ApprovalsBucket()),
 		Storage:     s.cfg.Storage,
 		Replicas:    s.cfg.Replicas,
 		// Expiry markers outlive a fleet restart, so a worker that comes
@@ -165,6 +167,7 @@ func (s *ShellExec) start(ctx context.Context) error {
 	if s.policyKV, err = bus.EnsureKV(ctx, s.js, jetstream.KeyValueConfig{
 		Bucket:      sub.ExecPolicyBucket(),
 		Description: "shared exec policy: allowlist entries and stricter modes for every worker",
+		MaxBytes:    bounds.MaxBytesOf(sub.ExecPolicyBucket()),
 		Storage:     s.cfg.Storage,
 		Replicas:    s.cfg.Replicas,
 		History:     16,
