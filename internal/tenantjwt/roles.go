@@ -44,7 +44,7 @@ var (
 	}
 	roleApprover = role{
 		pubAllow: []string{
-			"toolq.jobs.exec.decide",
+			"toolq.jobs.exec.decide", "$JS.API.CONSUMER.INFO.TOOLQ_JOBS.worker_exec:decide",
 			"$JS.API.INFO", "$JS.API.STREAM.INFO.KV_toolq_approvals", "$JS.API.DIRECT.GET.KV_toolq_approvals.>",
 			"$JS.API.STREAM.MSG.GET.KV_toolq_approvals", "$JS.API.STREAM.INFO.TOOLQ_EVENTS",
 			"$JS.API.DIRECT.GET.TOOLQ_EVENTS.toolq.events.>",
