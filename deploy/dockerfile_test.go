@@ -202,13 +202,13 @@ func TestDockerfileBreaks(t *testing.T) {
 	t.Parallel()
 	src := string(readFile(t, "Dockerfile"))
 	for name, tc := range map[string]struct{ old, new string }{
-		"root user":           {"USER 65532:65532\nWORKDIR", "USER root\nWORKDIR"},
-		"no bubblewrap":       {"bubblewrap bash", "bash"},
-		"no verification":     {"# npm here, so a file that does not match fails the build.\nRUN bash scripts/fetch-quickjs.sh\n", "\n"},
-		"no fetch":            {"RUN bash scripts/fetch-quickjs.sh\n\nFROM golang", "\nFROM golang"},
-		"binary not copied":   {"COPY --from=build /out/toolq /usr/local/bin/toolq\nENV", "ENV"},
-		"shell entrypoint":    {"ENTRYPOINT [\"/usr/local/bin/toolq\"]\nCMD [\"worker\"]\n\nFROM debian", "ENTRYPOINT /usr/local/bin/toolq\nCMD [\"worker\"]\n\nFROM debian"},
-		"cgo":                 {"CGO_ENABLED=0 ", ""},
+		"root user":         {"USER 65532:65532\nWORKDIR", "USER root\nWORKDIR"},
+		"no bubblewrap":     {"bubblewrap bash", "bash"},
+		"no verification":   {"# npm here, so a file that does not match fails the build.\nRUN bash scripts/fetch-quickjs.sh\n", "\n"},
+		"no fetch":          {"RUN bash scripts/fetch-quickjs.sh\n\nFROM golang", "\nFROM golang"},
+		"binary not copied": {"COPY --from=build /out/toolq /usr/local/bin/toolq\nENV", "ENV"},
+		"shell entrypoint":  {"ENTRYPOINT [\"/usr/local/bin/toolq\"]\nCMD [\"worker\"]\n\nFROM debian", "ENTRYPOINT /usr/local/bin/toolq\nCMD [\"worker\"]\n\nFROM debian"},
+		"cgo":               {"CGO_ENABLED=0 ", ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -213,7 +213,7 @@ func checkScaledObject(t *testing.T, m *manifests, so *ScaledObject) {
 	require.Nil(t, d.Spec.Replicas, "%s: KEDA owns replicas; a fixed count fights it on every apply", d.Name)
 	require.NotEmpty(t, so.Spec.Triggers)
 	require.LessOrEqual(t, *so.Spec.MinReplicaCount, *so.Spec.MaxReplicaCount)
-	require.Greater(t, *so.Spec.MinReplicaCount, int32(0), "%s: a worker must run to create its consumers", so.Name)
+	require.Positive(t, *so.Spec.MinReplicaCount, "%s: a worker must run to create its consumers", so.Name)
 	names := map[string]bool{}
 	for _, tr := range so.Spec.Triggers {
 		require.Equal(t, "nats-jetstream", tr.Type)
@@ -423,8 +423,10 @@ func TestChartCombinations(t *testing.T) {
 		},
 		{
 			name: "tenants on",
-			values: map[string]any{"tenants": map[string]any{"enabled": true, "names": []any{"ACME"}, "queueLimit": 5000},
-				"approvers": map[string]any{"publicKeys": []any{"UB67T6C5ATSMBT4ZJ7AELG52PIQ2DUFW54YI6CPMPCCKGBAR6CWGXM3Z"}}},
+			values: map[string]any{
+				"tenants":   map[string]any{"enabled": true, "names": []any{"ACME"}, "queueLimit": 5000},
+				"approvers": map[string]any{"publicKeys": []any{"UB67T6C5ATSMBT4ZJ7AELG52PIQ2DUFW54YI6CPMPCCKGBAR6CWGXM3Z"}},
+			},
 			check: func(t *testing.T, m *manifests) {
 				t.Helper()
 				for _, name := range []string{general, execGroup} {
@@ -450,8 +452,10 @@ func TestChartCombinations(t *testing.T) {
 		},
 		{
 			name: "the NATS chart in the release",
-			values: map[string]any{"nats": map[string]any{"enabled": true},
-				"bus": map[string]any{"url": "", "monitoringEndpoint": ""}},
+			values: map[string]any{
+				"nats": map[string]any{"enabled": true},
+				"bus":  map[string]any{"url": "", "monitoringEndpoint": ""},
+			},
 			check: func(t *testing.T, m *manifests) {
 				t.Helper()
 				c := m.deployment(t, general).Spec.Template.Spec.Containers[0]
@@ -471,8 +475,12 @@ func TestChartCombinations(t *testing.T) {
 			},
 		},
 		{
-			name:   "credentials files instead of passwords",
-			values: map[string]any{"auth": map[string]any{"mode": "creds", "worker": map[string]any{"creds": "-----BEGIN NATS USER JWT-----"}, "scheduler": map[string]any{"creds": "x"}}},
+			name: "credentials files instead of passwords",
+			values: map[string]any{"auth": map[string]any{
+				"mode":      "creds",
+				"worker":    map[string]any{"creds": "user-jwt-and-seed"}, //nolint:gosec // G101: a placeholder, not a credential
+				"scheduler": map[string]any{"creds": "x"},
+			}},
 			check: func(t *testing.T, m *manifests) {
 				t.Helper()
 				c := m.deployment(t, general).Spec.Template.Spec.Containers[0]
@@ -485,8 +493,10 @@ func TestChartCombinations(t *testing.T) {
 		},
 		{
 			name: "asynq scheduler",
-			values: map[string]any{"scheduler": map[string]any{"engine": "asynq", "redis": map[string]any{"url": "redis://redis:6379/0"}},
-				"bus": map[string]any{"tls": map[string]any{"enabled": true, "secretName": "nats-ca", "mutual": true}}},
+			values: map[string]any{
+				"scheduler": map[string]any{"engine": "asynq", "redis": map[string]any{"url": "redis://redis:6379/0"}},
+				"bus":       map[string]any{"tls": map[string]any{"enabled": true, "secretName": "nats-ca", "mutual": true}},
+			},
 			check: func(t *testing.T, m *manifests) {
 				t.Helper()
 				c := m.deployment(t, scheduler).Spec.Template.Spec.Containers[0]
@@ -515,8 +525,10 @@ func TestChartCombinations(t *testing.T) {
 		},
 		{
 			name: "a longer stop timeout, another port and prefix",
-			values: map[string]any{"workerDefaults": map[string]any{"stopTimeoutSeconds": 120}, "bus": map[string]any{"prefix": "acme"},
-				"health": map[string]any{"port": 8080, "portName": "http", "readinessPath": "/ready"}},
+			values: map[string]any{
+				"workerDefaults": map[string]any{"stopTimeoutSeconds": 120}, "bus": map[string]any{"prefix": "acme"},
+				"health": map[string]any{"port": 8080, "portName": "http", "readinessPath": "/ready"},
+			},
 			check: func(t *testing.T, m *manifests) {
 				t.Helper()
 				d := m.deployment(t, general)
@@ -531,8 +543,10 @@ func TestChartCombinations(t *testing.T) {
 		},
 		{
 			name: "existing Secrets",
-			values: map[string]any{"auth": map[string]any{"worker": map[string]any{"existingSecret": true, "secretName": "my-worker", "password": ""}},
-				"snapshotKey": map[string]any{"existingSecret": "my-snapshot-key", "value": ""}},
+			values: map[string]any{
+				"auth":        map[string]any{"worker": map[string]any{"existingSecret": true, "secretName": "my-worker", "password": ""}},
+				"snapshotKey": map[string]any{"existingSecret": "my-snapshot-key", "value": ""},
+			},
 			check: func(t *testing.T, m *manifests) {
 				t.Helper()
 				_, ok := m.find("Secret", "my-worker")
@@ -586,21 +600,22 @@ func TestChartStrictDecoding(t *testing.T) {
 	for name, tc := range map[string]struct {
 		file, old, new, err string
 	}{
-		"misspelt field":      {"worker-deployment.yaml", "imagePullPolicy:", "imagePullPolicyy:", `unknown field "spec.template.spec.containers[0].imagePullPolicyy"`},
-		"field case":          {"worker-deployment.yaml", "terminationGracePeriodSeconds:", "terminationGracePeriodseconds:", "unknown field"},
+		"misspelt field":       {"worker-deployment.yaml", "imagePullPolicy:", "imagePullPolicyy:", `unknown field "spec.template.spec.containers[0].imagePullPolicyy"`},
+		"field case":           {"worker-deployment.yaml", "terminationGracePeriodSeconds:", "terminationGracePeriodseconds:", "unknown field"},
 		"field at wrong level": {"worker-deployment.yaml", "          imagePullPolicy:", "          terminationGracePeriodSeconds: 30\n          imagePullPolicy:", `unknown field "spec.template.spec.containers[0].terminationGracePeriodSeconds"`},
-		"duplicate key":       {"pdb.yaml", "  maxUnavailable:", "  selector: {}\n  maxUnavailable:", `key "selector" already set`},
-		"scaledobject field":  {"autoscaling.yaml", "  pollingInterval:", "  pollInterval:", `unknown field "spec.pollInterval"`},
-		"misspelt value":      {"worker-deployment.yaml", "$g.concurrency", "$g.concurency", "concurency"},
+		"duplicate key":        {"pdb.yaml", "  maxUnavailable:", "  selector: {}\n  maxUnavailable:", `key "selector" already set`},
+		"scaledobject field":   {"autoscaling.yaml", "  pollingInterval:", "  pollInterval:", `unknown field "spec.pollInterval"`},
+		"misspelt value":       {"worker-deployment.yaml", "$g.concurrency", "$g.concurency", "concurency"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			dir := copyChart(t)
 			path := filepath.Join(dir, "templates", tc.file)
-			b, err := os.ReadFile(path)
+			b, err := os.ReadFile(path) //nolint:gosec // G304: a file of the test's own copy of the chart
 			require.NoError(t, err)
 			require.Contains(t, string(b), tc.old)
-			require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(b), tc.old, tc.new, 1)), 0o600))
+			require.NoError(t, os.WriteFile(path, //nolint:gosec // G703: the test's own copy of the chart
+				[]byte(strings.Replace(string(b), tc.old, tc.new, 1)), 0o600))
 			_, err = renderChart(dir, values())
 			require.ErrorContains(t, err, tc.err)
 		})
@@ -627,7 +642,10 @@ func TestChartNATSValues(t *testing.T) {
 	var v struct {
 		NATS struct {
 			Config struct {
-				Cluster   struct{ Enabled bool; Replicas int }
+				Cluster struct {
+					Enabled  bool
+					Replicas int
+				}
 				Jetstream struct{ Enabled bool }
 				Merge     map[string]string
 			}

@@ -7,6 +7,7 @@ package deploy
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -135,7 +136,7 @@ func renderLoaded(chrt *chartv2.Chart, vals map[string]any) (*manifests, error) 
 	if err != nil {
 		return nil, err
 	}
-	out, err := engine.Engine{Strict: true}.Render(chrt, rv)
+	out, err := engine.Engine{Strict: true}.RenderWithContext(context.Background(), chrt, rv)
 	if err != nil {
 		return nil, err
 	}
