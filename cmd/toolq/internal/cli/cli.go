@@ -177,6 +177,7 @@ Submit a job and wait for its result:    toolq submit --tool noop --input '{"hi"
 		newRunsCmd(g),
 		newApproveCmd(g), newDenyCmd(g),
 		newTenantCmd(g),
+		newKeygenCmd(g),
 		newToolsCmd(g),
 		newMCPCmd(g),
 	)
