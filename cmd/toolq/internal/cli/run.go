@@ -23,6 +23,7 @@ import (
 	"github.com/toolq/toolq/sandbox"
 	"github.com/toolq/toolq/scheduler"
 	"github.com/toolq/toolq/tools/codeexec"
+	"github.com/toolq/toolq/tools/codeexec/demo"
 	"github.com/toolq/toolq/tools/codemode"
 	"github.com/toolq/toolq/tools/shellexec"
 	"github.com/toolq/toolq/worker"
@@ -48,6 +49,9 @@ type workerFlags struct {
 	ackWait         time.Duration
 	leaseTTL        time.Duration
 	providersConfig string
+	// demo is dev's demo provider (--demo-provider), the only provider
+	// of code_execution when set.
+	demo *demo.Server
 }
 
 func (f *workerFlags) register(cmd *cobra.Command) {
@@ -104,6 +108,9 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 	cfg, err := codeExecConfig(g, nc.Publish, f.providersConfig)
 	if err != nil {
 		return nil, err
+	}
+	if f.demo != nil {
+		useDemoProvider(cfg, f.demo)
 	}
 	if _, err := codeexec.Register(w, cfg); err != nil {
 		return nil, err
@@ -272,6 +279,7 @@ func newDevCmd(g *globals) *cobra.Command {
 	var (
 		listen, dataDir string
 		once, logs      bool
+		demoProvider    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -302,6 +310,13 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 				}
 			}
 			devApproverSeed(f, dataDir)
+			if demoProvider {
+				stop, err := startDemoProvider(ctx, g, f)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			f.builtins = true // the self-check runs noop
 			n, err := newNode(ctx, g, nc, f)
 			if err != nil {
@@ -338,6 +353,7 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 				fmt.Fprintf(g.stderr, "toolq dev: connect with  export TOOLQ_NATS=%s\n", srv.URL())
 				fmt.Fprintf(g.stderr, "toolq dev: then try      toolq submit --tool noop --input '{\"hello\":\"toolq\"}' --wait\n")
 				printExecHelp(g, f)
+				printDemoHelp(g, f)
 			}
 
 			if err := selfCheck(ctx, g, srv, n.cm != nil); err != nil {
@@ -357,6 +373,8 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 	cmd.Flags().StringVar(&dataDir, "data", ".toolq/dev", "JetStream data directory, kept across restarts")
 	cmd.Flags().BoolVar(&once, "once", false, "exit after the self-check job instead of serving")
 	cmd.Flags().BoolVar(&logs, "server-logs", false, "print the embedded server's logs")
+	cmd.Flags().BoolVar(&demoProvider, "demo-provider", false,
+		"answer code_execution from a local stand-in for xAI's API on 127.0.0.1 that calls no model (canned, labelled results; no key needed)")
 	return cmd
 }
 
