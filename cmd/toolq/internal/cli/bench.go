@@ -15,8 +15,8 @@ import (
 func newBenchCmd(g *globals) *cobra.Command {
 	cfg := bench.Defaults()
 	var (
-		anchors string
-		tenants bool
+		anchors     string
+		tenants, mx bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -65,6 +65,24 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 					emit(bench.Figure{Name: "tenants_throughput_vs_single", Value: vals["tenants_e2e_throughput"] / off, Unit: "ratio"})
 				}
 			}
+			if mx {
+				// The same run again with metrics on, in the same
+				// process: the ratio is on over off.
+				on := cfg
+				on.Metrics = true
+				g.tell("bench: again, with the worker's Prometheus metrics on")
+				mfigs, err := bench.Run(cmd.Context(), on)
+				if err != nil {
+					return err
+				}
+				for _, f := range mfigs {
+					f.Name = "metrics_" + f.Name
+					emit(f)
+				}
+				if off := vals["e2e_throughput"]; off > 0 {
+					emit(bench.Figure{Name: "metrics_throughput_vs_off", Value: vals["metrics_e2e_throughput"] / off, Unit: "ratio"})
+				}
+			}
 			if anchors != "" {
 				a, err := readAnchors(anchors)
 				if err != nil {
@@ -99,6 +117,7 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 	f.IntVar(&cfg.PayloadBytes, "payload", cfg.PayloadBytes, "bytes of padding in each job's input")
 	f.StringVar(&anchors, "anchors", "", "anchors summary file to compute ratios against")
 	f.BoolVar(&tenants, "tenants", false, "run again with the worker serving tenants and print both, with their throughput ratio")
+	f.BoolVar(&mx, "metrics", false, "run again with the worker's Prometheus metrics on and print both, with their throughput ratio")
 	return cmd
 }
 
