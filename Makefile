@@ -2,6 +2,10 @@
 SHELL := /bin/bash
 GO ?= go
 PKGS := ./...
+# deploy/ is a module of its own: the tests of the image, chart and compose
+# file bring Helm, the Kubernetes types, BuildKit and compose-go, none of
+# which belongs in the binary's module graph.
+DEPLOY := deploy
 TEST_TIMEOUT ?= 25m
 
 .DEFAULT_GOAL := help
@@ -26,6 +30,9 @@ dev: build ## Run toolq dev: embedded NATS + a worker with every tool, and a sel
 .PHONY: test
 test: wasm ## Run the whole test suite with the race detector (what CI runs)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	@# the deploy tests parse and render files and start no goroutines of
+	@# ours: without -race, their Helm/Kubernetes build is minutes shorter
+	cd $(DEPLOY) && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: test/race
 test/race: test ## Same as test
@@ -33,6 +40,11 @@ test/race: test ## Same as test
 .PHONY: test/fast
 test/fast: wasm ## Run the whole test suite without the race detector
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	cd $(DEPLOY) && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: test/deploy
+test/deploy: ## Run only the deploy artefacts' tests (Dockerfile, Helm chart, compose file)
+	cd $(DEPLOY) && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: bench
 bench: wasm ## Run the Go benchmarks and `toolq bench` (end-to-end figures)
@@ -48,7 +60,9 @@ lint: ## Run go vet and golangci-lint (installs the pinned version when missing)
 	@$(GOLANGCI_LINT) version 2>/dev/null | grep -q "$(GOLANGCI_LINT_VERSION:v%=%)" || \
 		$(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	$(GOLANGCI_LINT) run ./...
+	cd $(DEPLOY) && $(GO) vet ./... && $(GOLANGCI_LINT) run --config ../.golangci.yml ./...
 
 .PHONY: tidy
-tidy: ## Tidy go.mod and go.sum
+tidy: ## Tidy go.mod and go.sum (and deploy's)
 	$(GO) mod tidy
+	cd $(DEPLOY) && $(GO) mod tidy

@@ -170,3 +170,21 @@ func TestSubjectsConsumerName(t *testing.T) {
 	require.NotEqual(t, contracts.Subjects{}.ConsumerName("a.b"), contracts.Subjects{}.ConsumerName("a__b"))
 	require.NotEqual(t, contracts.Subjects{}.ConsumerName("a.b"), contracts.Subjects{}.ConsumerName("a_b"))
 }
+
+func TestCancelKey(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ tenant, session, job, key string }{
+		{"", "s1", "j1", "s1/j1"},
+		{"ACME", "s1", "j1", "ACME.s1/j1"},
+	} {
+		key := contracts.CancelKey(tc.tenant, tc.session, tc.job)
+		require.Equal(t, tc.key, key)
+		tenant, session, job, ok := contracts.ParseCancelKey(key)
+		require.True(t, ok, key)
+		require.Equal(t, []string{tc.tenant, tc.session, tc.job}, []string{tenant, session, job})
+	}
+	for _, bad := range []string{"", "j1", "ACME.j1", "A.b.c/d", "/j1", "s1/", "s1/j1/x", "A./j", "s 1/j1", "A.s1/j*", ".s1/j1"} {
+		_, _, _, ok := contracts.ParseCancelKey(bad)
+		require.False(t, ok, bad)
+	}
+}

@@ -80,6 +80,12 @@ func (s Subjects) TenantEvent(tenant, session, jobID string) string {
 // <prefix>.t.*.events.>.
 func (s Subjects) TenantEvents() string { return s.tenant("*") + ".events.>" }
 
+// TenantCancel is the core subject that cancels tenant's job jobID, as the
+// toolq account sees it: Cancel(jobID) for the default tenant.
+func (s Subjects) TenantCancel(tenant, jobID string) string {
+	return s.tenant(tenant) + ".cancel." + jobID
+}
+
 // TenantCancels is the wildcard of every named tenant's cancel subjects:
 // <prefix>.t.*.cancel.*.
 func (s Subjects) TenantCancels() string { return s.tenant("*") + ".cancel.*" }
@@ -131,6 +137,37 @@ func TenantKey(tenant, jobID string) string {
 		return jobID
 	}
 	return tenant + "." + jobID
+}
+
+// CancelKey is the key of a job's cancel mark in the cancels bucket:
+// TenantKey(tenant, <session>/<job>). The session is part of the key, so a
+// mark counts only for the job of that session: a cancel that names
+// another session (or guesses an id before the job exists) marks a key no
+// job of this session reads, and cannot overwrite this session's mark
+// either. "/" is no id byte, so the key splits back unambiguously, and the
+// session and job stay one subject token: a tenant's account writes
+// $KV.<bucket>.<session>/<job>, which its import maps to
+// <tenant>.<session>/<job>, the same one-token import as before.
+func CancelKey(tenant, session, jobID string) string {
+	return TenantKey(tenant, session+"/"+jobID)
+}
+
+// ParseCancelKey splits a CancelKey; ok is false for a key of any other
+// shape (a bare job id, as marks were written before sessions were part of
+// the key) or with an invalid id in it.
+func ParseCancelKey(key string) (tenant, session, jobID string, ok bool) {
+	rest := key
+	if t, r, found := strings.Cut(key, "."); found {
+		if !ValidID(t) {
+			return "", "", "", false
+		}
+		tenant, rest = t, r
+	}
+	session, jobID, found := strings.Cut(rest, "/")
+	if !found || !ValidID(session) || !ValidID(jobID) {
+		return "", "", "", false
+	}
+	return tenant, session, jobID, true
 }
 
 // TenantToolOf returns the tool of a job subject of tenant in the toolq

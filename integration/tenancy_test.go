@@ -235,6 +235,26 @@ func refused(t *testing.T, what string, resp *nats.Msg, err error, victim ...str
 	}
 }
 
+// drainHeard reads what the attacker's subscriptions got, failing on any
+// message that carries one of the victim's strings, and returns the count.
+func drainHeard(t *testing.T, subs []*nats.Subscription, forbidden ...string) int {
+	t.Helper()
+	heard := 0
+	for _, sub := range subs {
+		for {
+			m, err := sub.NextMsg(100 * time.Millisecond)
+			if err != nil {
+				break
+			}
+			heard++
+			for _, f := range forbidden {
+				require.NotContains(t, string(m.Data), f, "on %s", m.Subject)
+			}
+		}
+	}
+	return heard
+}
+
 func short(t *testing.T) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -301,19 +321,7 @@ func TestTenancy(t *testing.T) {
 		require.NoError(t, err)
 		_, err = b.globexP.Await(ctx, own.Session, own.ID, nil)
 		require.NoError(t, err)
-		heard := 0
-		for _, sub := range subs {
-			for {
-				m, err := sub.NextMsg(100 * time.Millisecond)
-				if err != nil {
-					break
-				}
-				heard++
-				require.NotContains(t, string(m.Data), secret, "on %s", m.Subject)
-				require.NotContains(t, string(m.Data), victim.ID, "on %s", m.Subject)
-			}
-		}
-		require.NotZero(t, heard, "the attacker hears its own events")
+		require.NotZero(t, drainHeard(t, subs, secret, victim.ID), "the attacker hears its own events")
 
 		// Direct gets and MSG.GET, by wildcard, by sequence, by subject.
 		for _, rq := range []struct{ subject, body string }{
@@ -446,6 +454,9 @@ func TestTenancy(t *testing.T) {
 		ctx := testutil.Context(t, 30*time.Second)
 		// A pre-cancel of a guessed id, then the victim's job with it.
 		require.NoError(t, b.globexP.Cancel(ctx, "s1", "acme-pre"))
+		// The same from the victim's own tenant, in another session.
+		require.NoError(t, b.acmeP.Cancel(ctx, "intruder", "acme-pre"))
+		require.NoError(t, b.acme.Flush())
 		b.victimJob(t, "acme-pre")
 
 		// A running job: the attacker cancels it by id.
@@ -454,6 +465,10 @@ func TestTenancy(t *testing.T) {
 		require.Equal(t, "acme-hold", <-b.holds)
 		require.NoError(t, b.globexP.Cancel(ctx, victim.Session, victim.ID))
 		require.NoError(t, b.globex.Flush())
+		// An agent of the victim's own tenant, in another session, cancels
+		// it by id: a cancel binds the session too.
+		require.NoError(t, b.acmeP.Cancel(ctx, "intruder", victim.ID))
+		require.NoError(t, b.acme.Flush())
 		// The victim cancels a job of its own, which ends: the worker has
 		// heard the cancels sent before (the same bucket, the same feed).
 		own, err := b.acmeP.Submit(ctx, "hold", nil, &producer.SubmitOpts{ID: "acme-own-hold"})
@@ -474,7 +489,8 @@ func TestTenancy(t *testing.T) {
 		ctx := testutil.Context(t, 10*time.Second)
 		cancels, err := b.wjs.KeyValue(ctx, contracts.Subjects{}.CancelsBucket())
 		require.NoError(t, err)
-		_, err = cancels.Put(ctx, "ACME.acme-marked", []byte("s1"))
+		marked := contracts.CancelKey("ACME", "s1", "acme-marked")
+		_, err = cancels.Put(ctx, marked, []byte("s1"))
 		require.NoError(t, err)
 		for _, rollup := range []string{"all", "sub"} {
 			msg := &nats.Msg{
@@ -485,7 +501,7 @@ func TestTenancy(t *testing.T) {
 			require.NoError(t, err)
 			_, _ = gjs.PublishMsg(short(t), msg)
 		}
-		e, err := cancels.Get(ctx, "ACME.acme-marked")
+		e, err := cancels.Get(ctx, marked)
 		require.NoError(t, err, "another tenant's cancel mark was wiped")
 		require.Equal(t, "s1", string(e.Value()))
 	})
@@ -533,6 +549,37 @@ func TestTenancy(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, contracts.StatusFailed, ev.Data.Status)
 		require.Equal(t, contracts.CodeInvalidInput, ev.Data.Error.Code)
+	})
+
+	t.Run("2c a tenant's cancel ends its suspended run and its parked exec job", func(t *testing.T) {
+		ctx := testutil.Context(t, 60*time.Second)
+		run, err := b.acmeP.SubmitCode(ctx, &contracts.CodeModeExecInput{
+			Code: `return await tools.callValue("toolq:core:hold", {});`, AutoResume: true,
+		}, &producer.SubmitOpts{ID: "acme-cancel-run", Session: "cancels"})
+		require.NoError(t, err)
+		waiting, err := b.acmeP.AwaitCodeMode(ctx, run.Session, run.ID, &producer.AwaitOpts{Parked: true})
+		require.NoError(t, err)
+		require.Equal(t, contracts.CodeModeWaiting, waiting.Status, waiting.Error)
+		nested := <-b.holds
+		// Another tenant's cancel of the same ids does nothing.
+		_ = b.globexP.Cancel(short(t), run.Session, run.ID)
+		require.NoError(t, b.acmeP.Cancel(ctx, run.Session, run.ID))
+		ev, err := b.acmeP.Await(ctx, run.Session, run.ID, nil)
+		require.NoError(t, err)
+		require.Equal(t, contracts.StatusCancelled, ev.Data.Status, "the run's exec job ends cancelled in ACME's events")
+		nev, err := b.acmeP.Await(ctx, run.Session, nested, nil)
+		require.NoError(t, err)
+		require.Equal(t, contracts.StatusCancelled, nev.Data.Status, "its nested call is cancelled in ACME too")
+
+		job, err := b.acmeP.Submit(ctx, "exec", json.RawMessage(`{"command":"uname -a"}`), &producer.SubmitOpts{ID: "acme-cancel-exec", Session: "cancels"})
+		require.NoError(t, err)
+		pev, err := b.acmeP.Await(ctx, job.Session, job.ID, &producer.AwaitOpts{Parked: true})
+		require.NoError(t, err)
+		require.Equal(t, contracts.StatusApprovalPending, pev.Data.Status)
+		require.NoError(t, b.acmeP.Cancel(ctx, job.Session, job.ID))
+		ev, err = b.acmeP.Await(ctx, job.Session, job.ID, nil)
+		require.NoError(t, err)
+		require.Equal(t, contracts.StatusCancelled, ev.Data.Status, "a parked exec job ends cancelled in ACME's events")
 	})
 
 	t.Run("3b code mode for a tenant, and another tenant's reach into its run", func(t *testing.T) {
@@ -845,16 +892,5 @@ func (b *tenancy) execApprovals(t *testing.T) {
 	require.Equal(t, "1\n2\n", res.Stdout)
 
 	// Nothing the attacker's approver heard carries ACME's secret.
-	heard := 0
-	for _, sub := range subs {
-		for {
-			m, err := sub.NextMsg(100 * time.Millisecond)
-			if err != nil {
-				break
-			}
-			heard++
-			require.NotContains(t, string(m.Data), secret, "on %s", m.Subject)
-		}
-	}
-	require.NotZero(t, heard, "the attacker's approver hears its own decisions' events")
+	require.NotZero(t, drainHeard(t, subs, secret), "the attacker's approver hears its own decisions' events")
 }

@@ -5,6 +5,17 @@ import "errors"
 var (
 	// ErrFinished is returned by Cancel for a job that already ended.
 	ErrFinished = errors.New("producer: job already ended")
+	// ErrUnknownJob is returned by Cancel for a job the session has no
+	// trace of: no event of it and no message of it in the queue. No
+	// cancelled event is written; the cancel mark is, so that a job of the
+	// session submitted with the id afterwards (a submit that raced the
+	// cancel) still never starts.
+	ErrUnknownJob = errors.New("producer: no such job in this session")
+	// ErrToolNotServed is returned by a submit for a tool no worker has
+	// ever served (the jobs stream holds no consumer for it): nothing is
+	// enqueued. The error also matches a contracts.Error with code
+	// invalid_input, whose message lists the tools that are served.
+	ErrToolNotServed = errors.New("producer: no worker serves the tool")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("producer: closed")
 	// ErrDuplicate is returned by a submit whose job id the bus already

@@ -50,7 +50,21 @@ type Config struct {
 	// follows events by subscription, reads a job's last event by direct
 	// get, and cancels through the imported cancel subjects, leaving the
 	// cancelled event to the worker. ReadEvents is not available.
+	//
+	// A tenant's producer cannot see the jobs streams, so it does not check
+	// that a tool is served (SubmitUnserved): a job for a tool nobody
+	// serves is queued, and ended by the workers' queue-time limit.
 	TenantAccount bool
+	// SubmitUnserved submits jobs for tools no worker has ever served,
+	// without asking. By default a submit first checks that the jobs
+	// stream holds the tool's consumer (which the first worker of a tool
+	// makes and which outlives its workers) and refuses the job with
+	// ErrToolNotServed otherwise; a tool found served is remembered for
+	// ServedTTL, so the check costs one request per tool per ServedTTL.
+	SubmitUnserved bool
+	// ServedTTL is how long a tool found served is remembered; one minute
+	// by default.
+	ServedTTL time.Duration
 }
 
 // Producer submits jobs and follows their events. It is safe for concurrent
@@ -71,6 +85,9 @@ type Producer struct {
 	mu        sync.Mutex
 	closed    bool
 	followers map[string]*follower
+
+	servedMu sync.Mutex
+	served   map[string]time.Time // tool → until when it counts as served
 
 	// hooks stop Await at its steps in internal tests; nil otherwise.
 	hooks *awaitHooks
@@ -104,6 +121,12 @@ func New(nc *nats.Conn, cfg *Config) (*Producer, error) {
 	if c.AwaitTimeout < 0 {
 		return nil, errors.New("producer: negative await timeout")
 	}
+	if c.ServedTTL == 0 {
+		c.ServedTTL = time.Minute
+	}
+	if c.ServedTTL < 0 {
+		return nil, errors.New("producer: negative served TTL")
+	}
 	if c.Name == "" {
 		c.Name = nuid.Next()
 	}
@@ -116,7 +139,7 @@ func New(nc *nats.Conn, cfg *Config) (*Producer, error) {
 	}
 	return &Producer{
 		nc: nc, js: js, cfg: c, log: c.Logger, source: "/toolq/producer/" + c.Name,
-		followers: map[string]*follower{},
+		followers: map[string]*follower{}, served: map[string]time.Time{},
 	}, nil
 }
 
@@ -221,6 +244,9 @@ func (p *Producer) SubmitJob(ctx context.Context, job *contracts.Job, traceparen
 	}
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
+	if err := p.checkServed(ctx, job.Tool); err != nil {
+		return err
+	}
 	ack, err := p.js.PublishMsg(ctx, msg, jetstream.WithMsgID(contracts.DedupID(job)))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoStreamResponse) {
@@ -314,9 +340,13 @@ func (p *Producer) Await(ctx context.Context, session, jobID string, opts *Await
 	}
 }
 
-// Cancel cancels a job: a queued job never starts, a running job's context is
-// cancelled; either way the job's terminal event is `cancelled`. It returns
-// ErrFinished when the job had already ended.
+// Cancel cancels a job of session: a queued job never starts, a running
+// job's context is cancelled; either way the job's terminal event is
+// `cancelled`. Only a job of that session is touched: a job with the id
+// in another session is not. It returns ErrFinished when the job had
+// already ended, and ErrUnknownJob when the session has no trace of the
+// job (no event, nothing queued): then no event is written, and only a job
+// submitted afterwards with the id in this session is cancelled.
 func (p *Producer) Cancel(ctx context.Context, session, jobID string) error {
 	if err := contracts.ValidateID("session", session); err != nil {
 		return err
@@ -333,14 +363,16 @@ func (p *Producer) Cancel(ctx context.Context, session, jobID string) error {
 		return p.cancelImported(ctx, session, jobID)
 	}
 	// 1. A durable mark: whichever worker pulls the job later skips it.
-	if _, err := p.cancels.Put(ctx, jobID, []byte(session)); err != nil {
+	// The key names the session: a job of another session with this id
+	// is not touched by it.
+	if _, err := p.cancels.Put(ctx, contracts.CancelKey("", session, jobID), []byte(session)); err != nil {
 		return fmt.Errorf("producer: cancel %s: %w", jobID, err)
 	}
-	// 2. Tell running workers at once.
-	if err := p.nc.Publish(p.cfg.Subjects.Cancel(jobID), nil); err != nil {
+	// 2. Tell running workers at once; the body names the session.
+	if err := p.nc.Publish(p.cfg.Subjects.Cancel(jobID), []byte(session)); err != nil {
 		return fmt.Errorf("producer: cancel %s: %w", jobID, err)
 	}
-	// 3. End the job, unless it already ended.
+	// 3. End the job, unless it already ended or never was.
 	for range 10 {
 		last, seq, err := p.events.Last(ctx, session, jobID)
 		if err != nil {
@@ -355,6 +387,27 @@ func (p *Producer) Cancel(ctx context.Context, session, jobID string) error {
 		job := &contracts.Job{ID: jobID, Session: session}
 		if last != nil {
 			job.Tool, job.Parent, job.Meta = last.Data.Tool, last.Data.Parent, last.Data.Meta
+		} else {
+			// No event yet: queued, or running without progress events.
+			// Either way its message is still in the queue.
+			queued, known, err := p.findQueued(ctx, session, jobID)
+			if err != nil {
+				return fmt.Errorf("producer: cancel %s: %w", jobID, err)
+			}
+			switch {
+			case queued != nil:
+				job = queued
+			case known:
+				// Not queued: it never was, or it ended (a worker
+				// acks only after the terminal event) since the read.
+				if last, _, err = p.events.Last(ctx, session, jobID); err != nil {
+					return err
+				}
+				if last != nil {
+					continue
+				}
+				return fmt.Errorf("%w: %s in session %s", ErrUnknownJob, jobID, session)
+			}
 		}
 		ev := contracts.NewEvent(p.source, job, contracts.StatusCancelled, 1, time.Now())
 		ev.Data.Error = contracts.Errorf(contracts.CodeCancelled, "cancelled by request")
@@ -382,10 +435,11 @@ func (p *Producer) cancelImported(ctx context.Context, session, jobID string) er
 		}
 		return fmt.Errorf("%w: %s", ErrFinished, last.Data.Status)
 	}
-	if _, err := p.js.Publish(ctx, contracts.KVSubject(p.cfg.Subjects.CancelsBucket(), jobID), []byte(session)); err != nil {
+	// The import puts the tenant in front of the key.
+	if _, err := p.js.Publish(ctx, contracts.KVSubject(p.cfg.Subjects.CancelsBucket(), contracts.CancelKey("", session, jobID)), []byte(session)); err != nil {
 		return fmt.Errorf("producer: cancel %s: %w", jobID, err)
 	}
-	if err := p.nc.Publish(p.cfg.Subjects.Cancel(jobID), nil); err != nil {
+	if err := p.nc.Publish(p.cfg.Subjects.Cancel(jobID), []byte(session)); err != nil {
 		return fmt.Errorf("producer: cancel %s: %w", jobID, err)
 	}
 	return nil
@@ -422,4 +476,39 @@ func (p *Producer) retrying(ctx context.Context, what string, op func() error) e
 		case <-t.C:
 		}
 	}
+}
+
+// MaxCancelScan is how many queued jobs a Cancel reads, at most, looking
+// for a job that has no event yet. Past it, the job counts as queued.
+const MaxCancelScan = 10_000
+
+// findQueued looks for job jobID of session in the default tenant's jobs
+// stream, where a job stays until it ends. It returns the job when found;
+// known is false when the queue is longer than MaxCancelScan and the job
+// was not among the jobs read (it may be further on).
+func (p *Producer) findQueued(ctx context.Context, session, jobID string) (job *contracts.Job, known bool, err error) {
+	st, err := p.js.Stream(ctx, p.cfg.Subjects.JobsStream())
+	if err != nil {
+		return nil, false, err
+	}
+	want := contracts.DedupID(&contracts.Job{ID: jobID})
+	var seq uint64
+	for range MaxCancelScan {
+		msg, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(p.cfg.Subjects.Jobs()))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, true, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		seq = msg.Sequence + 1
+		if msg.Header.Get(jetstream.MsgIDHeader) != want {
+			continue
+		}
+		j, err := contracts.DecodeJob(msg.Data)
+		if err == nil && j.ID == jobID && j.Session == session {
+			return j, true, nil
+		}
+	}
+	return nil, false, nil
 }

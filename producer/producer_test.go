@@ -28,7 +28,8 @@ type bundle struct {
 }
 
 // setup starts a server with toolq's streams but no worker: the tests write
-// events themselves, as a worker would.
+// events themselves, as a worker would, and the producer submits without
+// asking whether a worker serves the tool (TestSubmitUnservedTool does).
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	srv := testutil.StartJetStream(t)
@@ -40,7 +41,7 @@ func setup(t *testing.T) *bundle {
 	require.NoError(t, bus.Ensure(ctx, js, cfg))
 	ev, err := bus.NewEvents(ctx, js, contracts.Subjects{})
 	require.NoError(t, err)
-	p, err := producer.New(nc, &producer.Config{Session: "p", Logger: quiet})
+	p, err := producer.New(nc, &producer.Config{Session: "p", Logger: quiet, SubmitUnserved: true})
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
 	return &bundle{nc: nc, js: js, prod: p, events: ev}

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
 	"github.com/toolq/toolq/producer"
 )
 
@@ -136,7 +137,9 @@ func NewClient(nc *nats.Conn, cfg *ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	prod, err := producer.New(nc, &producer.Config{Subjects: c.Subjects, Timeout: c.Timeout, Logger: c.Logger, Name: "scheduler"})
+	// A firing has no caller to refuse: a job for a tool nobody serves is
+	// queued and ended by the workers' queue-time limit, with an event.
+	prod, err := producer.New(nc, &producer.Config{Subjects: c.Subjects, Timeout: c.Timeout, Logger: c.Logger, Name: "scheduler", SubmitUnserved: true})
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
@@ -164,6 +167,7 @@ func (c *Client) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 		Bucket:      c.Bucket(),
 		Description: "toolq schedules: def.<id> is a schedule, fired.<id> its last fire time",
 		History:     1,
+		MaxBytes:    bus.Config{Subjects: c.cfg.Subjects}.MaxBytesOf(c.cfg.Subjects.SchedulesBucket()),
 		Storage:     jetstream.FileStorage,
 		Replicas:    c.cfg.Replicas,
 	}

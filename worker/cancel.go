@@ -48,10 +48,16 @@ func (w *Worker) startCancelWatch(ctx context.Context) error {
 				}
 				continue
 			}
+			// The key names the job's tenant, session and id
+			// (contracts.CancelKey); a key of any other shape is no
+			// cancel of any job.
+			tenant, session, id, ok := contracts.ParseCancelKey(entry.Key())
+			if !ok {
+				continue
+			}
 			w.markCancelled(entry.Key())
 			if !initial {
-				// The bucket's value is the job's session.
-				w.announce(cancelNote{session: string(entry.Value()), jobID: entry.Key()})
+				w.announce(cancelNote{tenant: tenant, session: session, jobID: id})
 			}
 		}
 		if initial {
@@ -67,7 +73,7 @@ func (w *Worker) startCancelWatch(ctx context.Context) error {
 }
 
 // cancelNote is one cancel on its way to the hooks.
-type cancelNote struct{ session, jobID string }
+type cancelNote struct{ tenant, session, jobID string }
 
 // cancelFeedBuffer is how many cancels may wait for slow hooks before the
 // watch waits for them.
@@ -95,7 +101,7 @@ func (w *Worker) runCancelHooks(feed <-chan cancelNote) {
 			return
 		case n := <-feed:
 			for _, h := range w.onCancel {
-				h(ctx, n.session, n.jobID)
+				h(ctx, n.tenant, n.session, n.jobID)
 			}
 		}
 	}
@@ -103,20 +109,25 @@ func (w *Worker) runCancelHooks(feed <-chan cancelNote) {
 
 // onCancelMsg handles a core-NATS cancel of a running job, of the default
 // tenant or (<prefix>.t.<tenant>.cancel.<id>) of the tenant of the subject.
+// The body is the job's session: a cancel cancels the job only when it
+// names the job's session, and one without a valid session does nothing.
 func (w *Worker) onCancelMsg(m *nats.Msg) {
 	id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 	tenant, ok := w.cfg.Subjects.TenantOf(m.Subject)
-	if ok && contracts.ValidID(id) {
-		w.markCancelled(contracts.TenantKey(tenant, id))
+	session := string(m.Data)
+	if ok && contracts.ValidID(id) && contracts.ValidID(session) {
+		w.markCancelled(contracts.CancelKey(tenant, session, id))
 	}
 }
 
-// markCancelled remembers a cancel and cancels the job if it runs here.
-func (w *Worker) markCancelled(jobID string) {
-	w.cancels.add(jobID, time.Now())
+// markCancelled remembers a cancel and cancels the job if it runs here;
+// key is the job's contracts.CancelKey, which in-flight jobs are kept by
+// too, so a cancel reaches only the job of the session it names.
+func (w *Worker) markCancelled(key string) {
+	w.cancels.add(key, time.Now())
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if f, ok := w.inflight[jobID]; ok {
+	if f, ok := w.inflight[key]; ok {
 		f.cancel(errJobCancelled)
 	}
 }
@@ -128,34 +139,34 @@ func (w *Worker) eventsMaxAge() time.Duration {
 	return 24 * time.Hour
 }
 
-// isCancelled reports whether a job about to start was cancelled: from
-// memory, or, when memory had to forget cancels that are still in the
-// bucket, from the bucket.
-func (w *Worker) isCancelled(jobID string) bool {
-	ok, lookup := w.cancels.has(jobID, time.Now())
+// isCancelled reports whether a job about to start was cancelled (key is
+// its contracts.CancelKey): from memory, or, when memory had to forget
+// cancels that are still in the bucket, from the bucket.
+func (w *Worker) isCancelled(key string) bool {
+	ok, lookup := w.cancels.has(key, time.Now())
 	if ok || !lookup || w.cancelsKV == nil {
 		return ok
 	}
 	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
 	defer cancel()
-	_, err := w.cancelsKV.Get(ctx, jobID)
+	_, err := w.cancelsKV.Get(ctx, key)
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		w.log.Debug("cancel look-up", slog.String("job", jobID), slog.Any("err", err))
+		w.log.Debug("cancel look-up", slog.String("key", key), slog.Any("err", err))
 	}
 	return err == nil
 }
 
 // cancelledLocked is isCancelled from memory alone, for a job that is
 // already in flight (a cancel after this point reaches it through inflight).
-func (w *Worker) cancelledLocked(jobID string) bool {
-	ok, _ := w.cancels.has(jobID, time.Now())
+func (w *Worker) cancelledLocked(key string) bool {
+	ok, _ := w.cancels.has(key, time.Now())
 	return ok
 }
 
 // maxRememberedCancels bounds the cancels a worker keeps in memory.
 const maxRememberedCancels = 100_000
 
-// cancelMemory holds recent cancels by job id for the events' lifetime, at
+// cancelMemory holds recent cancels by cancel key for the events' lifetime, at
 // most max of them, oldest out first: adding and looking up are O(1)
 // under its own lock, not the worker's. Once a cancel was dropped for
 // room before it expired, has asks for a look-up in the bucket until that

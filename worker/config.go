@@ -51,6 +51,16 @@ type Config struct {
 	// all tools when its record names no limit (the server refuses a submit
 	// past it); 10000 by default.
 	TenantQueueLimit int64
+	// MaxQueueTime is how long a job may wait for a tool that no worker is
+	// serving (no consumer, or one with no pull waiting and no job in
+	// flight) before it is moved to the DLQ with a failed event
+	// (runtime_unavailable, "no worker served tool X within D"), so its
+	// requester hears. Every worker sweeps for such jobs, whatever tools
+	// it runs. 15 min by default; negative turns the limit off.
+	MaxQueueTime time.Duration
+	// MaxQueueTimes overrides MaxQueueTime per tool (by tool name, for
+	// tools this worker need not run); 0 or less turns it off for the tool.
+	MaxQueueTimes map[string]time.Duration
 	// Logger receives structured logs; slog.Default() when nil.
 	Logger *slog.Logger
 	// Observer receives the worker's figures for metrics (package metrics
@@ -61,6 +71,10 @@ type Config struct {
 	// default.
 	LagInterval time.Duration
 }
+
+// DefaultMaxQueueTime is the queue-time limit of Config.MaxQueueTime when
+// it is zero.
+const DefaultMaxQueueTime = 15 * time.Minute
 
 // ToolConfig configures how one tool's jobs are run.
 type ToolConfig struct {
@@ -225,6 +239,14 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxResultBytes == 0 {
 		c.MaxResultBytes = 512 << 10
+	}
+	if c.MaxQueueTime == 0 {
+		c.MaxQueueTime = DefaultMaxQueueTime
+	}
+	for tool := range c.MaxQueueTimes {
+		if !contracts.ValidTool(tool) {
+			return c, contracts.Errorf(contracts.CodeInvalidInput, "worker: max queue time of %q: not a tool name", tool)
+		}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

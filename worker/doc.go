@@ -44,11 +44,21 @@
 // under a deterministic id. The worker names no tool of its own: the tool
 // pack that makes nested calls names its continuation.
 //
+// # Jobs nobody serves
+//
+// Every worker sweeps the jobs streams it serves for tools with no live
+// consumer (none, or one with no pull waiting and no job in flight) and
+// moves their jobs that waited longer than Config.MaxQueueTime (15 min by
+// default; Config.MaxQueueTimes per tool) to the DLQ with a failed event,
+// code runtime_unavailable, so that their requesters hear.
+//
 // # Cancellation and shutdown
 //
-// A cancelled job id is recorded in the toolq_cancels bucket (and announced
-// on toolq.cancel.<job_id>): a queued job never starts, a running job's
-// context is cancelled. The worker's watch of that bucket is the one cancel
+// A cancel is recorded in the toolq_cancels bucket under the job's session
+// and id (contracts.CancelKey), and announced on toolq.cancel.<job_id>
+// with the session as the body: a queued job never starts, a running job's
+// context is cancelled. A cancel that names another session than the
+// job's does neither, so a job id alone cancels nothing. The worker's watch of that bucket is the one cancel
 // feed of the process: tool packs follow it through OnCancel hooks. The
 // worker remembers at most 100,000 recent cancels and looks a job up in the
 // bucket when it had to forget some. Stop

@@ -90,7 +90,9 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		}
 		lastSeq = seq
 	}
-	key := contracts.TenantKey(job.Tenant, job.ID) // cancels and in-flight jobs are per tenant
+	// Cancels and in-flight jobs are per tenant and session: only a cancel
+	// that names the job's session stops it.
+	key := contracts.CancelKey(job.Tenant, job.Session, job.ID)
 	if w.isCancelled(key) {
 		out = w.finish(log, msg, job, attempt, lastSeq, contracts.StatusCancelled, nil, contracts.Errorf(contracts.CodeCancelled, "job was cancelled before it started"))
 		return

@@ -36,13 +36,15 @@ func (w *Worker) Use(ext Extension) error {
 	return nil
 }
 
-// CancelHook is told of a job cancelled while the worker runs: its session
-// and id (both valid ids), from the worker's one cancel feed. Hooks run one
+// CancelHook is told of a job cancelled while the worker runs: its tenant
+// ("" for the default one, else from the cancel mark's key, which the
+// server wrote from the canceller's account), session and id (valid ids),
+// from the worker's one cancel feed. Hooks run one
 // at a time, in the order of OnCancel, on a loop of their own (they do not
 // hold up the worker's own cancellation of the job), with a context that
 // ends when the worker stops. Cancels recorded before the worker started
 // are not replayed.
-type CancelHook func(ctx context.Context, session, jobID string)
+type CancelHook func(ctx context.Context, tenant, session, jobID string)
 
 // OnCancel adds a hook to the cancel feed, so that a tool pack follows
 // cancellations without watching the cancels bucket itself. It returns

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/testutil"
+	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/worker"
 )
 
@@ -153,29 +154,30 @@ func TestCancelHooksHearTheFeed(t *testing.T) {
 	var order []string
 	var mu sync.Mutex
 	w := b.startWorker(t, nil, func(w *worker.Worker) {
-		require.NoError(t, w.OnCancel(func(_ context.Context, session, jobID string) {
+		require.NoError(t, w.OnCancel(func(_ context.Context, _, session, jobID string) {
 			mu.Lock()
 			order = append(order, "first")
 			mu.Unlock()
 			heard <- [2]string{session, jobID}
 		}))
-		require.NoError(t, w.OnCancel(func(context.Context, string, string) {
+		require.NoError(t, w.OnCancel(func(context.Context, string, string, string) {
 			mu.Lock()
 			order = append(order, "second")
 			mu.Unlock()
 		}))
 	})
-	require.ErrorIs(t, w.OnCancel(func(context.Context, string, string) {}), worker.ErrStarted)
+	require.ErrorIs(t, w.OnCancel(func(context.Context, string, string, string) {}), worker.ErrStarted)
 
 	ctx := testutil.Context(t, 10*time.Second)
-	require.NoError(t, b.prod.Cancel(ctx, "s9", "queued-job"))
+	// Ids no job has yet: the producer says so, and the mark is written.
+	require.ErrorIs(t, b.prod.Cancel(ctx, "s9", "queued-job"), producer.ErrUnknownJob)
 	select {
 	case got := <-heard:
 		require.Equal(t, [2]string{"s9", "queued-job"}, got)
 	case <-ctx.Done():
 		t.Fatal("the hook never heard the cancel")
 	}
-	require.NoError(t, b.prod.Cancel(ctx, "s9", "another"))
+	require.ErrorIs(t, b.prod.Cancel(ctx, "s9", "another"), producer.ErrUnknownJob)
 	<-heard
 	mu.Lock()
 	defer mu.Unlock()

@@ -21,9 +21,13 @@ import (
 func TestCancelQueuedJobNeverStarts(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	// A worker without the tool creates the streams; nobody consumes "later".
+	// A worker without the tool creates the streams; nobody consumes "later"
+	// yet, so the job is submitted without the served check.
 	b.startWorker(t, withBuiltins, nil)
-	job := b.submit(t, "later", `{}`, nil)
+	unchecked, err := producer.New(b.nc, &producer.Config{Session: "s1", Logger: quiet, SubmitUnserved: true})
+	require.NoError(t, err)
+	job, err := unchecked.Submit(testutil.Context(t, 5*time.Second), "later", json.RawMessage(`{}`), nil)
+	require.NoError(t, err)
 	require.NoError(t, b.prod.Cancel(testutil.Context(t, 5*time.Second), job.Session, job.ID))
 
 	var runs atomic.Int32

@@ -57,8 +57,8 @@ type Worker struct {
 	onCancel    []CancelHook
 	started     bool                 // Start began: no more Register, Use, OnCancel
 	stopping    bool                 // Stop began: no new reaper goroutines
-	inflight    map[string]*inflight // by job id
-	cancels     *cancelMemory        // recently cancelled job ids
+	inflight    map[string]*inflight // by contracts.CancelKey
+	cancels     *cancelMemory        // recent cancels, by contracts.CancelKey
 
 	events *bus.Events
 	jobs   jetstream.Stream
@@ -307,6 +307,10 @@ func (w *Worker) startConsuming(ctx context.Context) error {
 	if w.cfg.Observer != nil {
 		w.loops.Add(1)
 		go w.sampleLag() //nolint:contextcheck // the sampler lives until Stop and uses the worker's run context
+	}
+	if iv := w.sweepInterval(); iv > 0 {
+		w.loops.Add(1)
+		go w.sweepUnserved(iv) //nolint:contextcheck // the sweep loop is owned by Start/Stop and uses the worker's run context
 	}
 	w.loops.Add(1)
 	go w.watchConnection(w.nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED))

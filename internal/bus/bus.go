@@ -65,6 +65,14 @@ func (c *Config) defaultMaxBytes(name string) int64 {
 		return CancelsMaxBytes
 	case subj.TenantsBucket():
 		return tenantsBucketMaxBytes
+	case subj.RunsBucket():
+		return 1 << 30
+	case subj.SnapshotsBucket():
+		return 2 << 30
+	case subj.ApprovalsBucket(), subj.SchedulesBucket():
+		return 64 << 20
+	case subj.ExecPolicyBucket():
+		return 16 << 20
 	}
 	return 64 << 20
 }
@@ -76,6 +84,11 @@ func (c *Config) maxBytes(name string) int64 {
 	}
 	return c.defaultMaxBytes(name)
 }
+
+// MaxBytesOf is the bound of the stream or bucket name: Config.MaxBytes's,
+// else the default. The tool packs and the scheduler bound the buckets
+// they make with it (runs, snapshots, approvals, exec policy, schedules).
+func (c Config) MaxBytesOf(name string) int64 { return c.maxBytes(name) }
 
 // DefaultTenantMaxBytes is the default of Config.TenantMaxBytes.
 const DefaultTenantMaxBytes = 128 << 20

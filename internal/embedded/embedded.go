@@ -25,6 +25,10 @@ type Config struct {
 	// Logger receives the server's logs (with Logs), as records with
 	// component=nats-server; the server's own stderr logger when nil.
 	Logger *slog.Logger
+	// ConfigFile is a nats-server configuration file read first (accounts,
+	// users, permissions); StoreDir, Listen and the fields above still
+	// apply over it, and JetStream is on.
+	ConfigFile string
 }
 
 // Server is a running embedded nats-server.
@@ -39,14 +43,15 @@ func Start(cfg *Config) (*Server, error) {
 	if cfg == nil || cfg.StoreDir == "" {
 		return nil, errors.New("embedded: a store directory is required")
 	}
-	opts := &server.Options{
-		ServerName: "toolq-dev",
-		JetStream:  true,
-		StoreDir:   cfg.StoreDir,
-		NoSigs:     true,
-		NoLog:      !cfg.Logs,
-		MaxPayload: 8 << 20,
+	opts := &server.Options{}
+	if cfg.ConfigFile != "" {
+		var err error
+		if opts, err = server.ProcessConfigFile(cfg.ConfigFile); err != nil {
+			return nil, fmt.Errorf("embedded: %w", err)
+		}
 	}
+	opts.ServerName, opts.JetStream, opts.StoreDir = "toolq-dev", true, cfg.StoreDir
+	opts.NoSigs, opts.NoLog, opts.MaxPayload = true, !cfg.Logs, 8<<20
 	unlock, err := lockDir(cfg.StoreDir, cfg.Listen)
 	if err != nil {
 		return nil, err

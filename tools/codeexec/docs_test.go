@@ -37,6 +37,6 @@ func TestDocsPageExists(t *testing.T) {
 		}
 	}
 	for _, p := range []string{codeexec.XAI, codeexec.OpenAI, codeexec.Gemini, codeexec.Anthropic} {
-		require.True(t, strings.Contains(text, "`"+p+"`"), "provider %s is not documented", p)
+		require.Contains(t, text, "`"+p+"`", "provider %s is not documented", p)
 	}
 }

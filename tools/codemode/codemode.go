@@ -107,9 +107,11 @@ func (c *CodeMode) start(ctx context.Context) error {
 	if err := bus.Ensure(ctx, c.js, bus.Config{Subjects: s, Replicas: c.cfg.Replicas, Storage: c.cfg.Storage}); err != nil {
 		return err
 	}
+	bounds := bus.Config{Subjects: s, MaxBytes: c.cfg.MaxBytes}
 	runs, err := bus.EnsureKV(ctx, c.js, jetstream.KeyValueConfig{
 		Bucket:         s.RunsBucket(),
 		Description:    "code-mode runs waiting on nested calls",
+		MaxBytes:       bounds.MaxBytesOf(s.RunsBucket()),
 		Storage:        c.cfg.Storage,
 		Replicas:       c.cfg.Replicas,
 		LimitMarkerTTL: time.Minute,
@@ -120,6 +122,7 @@ func (c *CodeMode) start(ctx context.Context) error {
 	obj, err := c.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket:      s.SnapshotsBucket(),
 		Description: "code-mode VM snapshots too large for the run record",
+		MaxBytes:    bounds.MaxBytesOf(s.SnapshotsBucket()),
 		Storage:     c.cfg.Storage,
 		Replicas:    c.cfg.Replicas,
 	})

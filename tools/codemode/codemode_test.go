@@ -670,7 +670,8 @@ func TestGuestFailureIsTheGuests(t *testing.T) {
 		{"reference error", "return nope", nil, "ReferenceError: nope is not defined\n    at <anonymous> (code.js:1:8)"},
 		{
 			"after a resume", "const r = await tools.callValue('toolq:core:noop', {n: 1});\n\nthrow new TypeError('late ' + r.n)",
-			map[string]any{"autoResume": true, "language": "typescript"}, "TypeError: late 1\n    at <anonymous> (code.ts:3:",
+			map[string]any{"autoResume": true, "language": "typescript"},
+			"TypeError: late 1\n    at <anonymous> (code.ts:3:",
 		},
 	}
 	for _, tt := range tests {

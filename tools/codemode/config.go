@@ -21,6 +21,11 @@ type Config struct {
 	// Replicas and Storage of the runs bucket and the snapshot store.
 	Replicas int
 	Storage  jetstream.StorageType
+	// MaxBytes bounds the runs bucket and the snapshot store, by name
+	// (Subjects.RunsBucket(), Subjects.SnapshotsBucket()); 1 GiB and 2 GiB
+	// by default (bus.Config.MaxBytesOf). A full bucket refuses new
+	// suspensions, never drops a suspended run.
+	MaxBytes map[string]int64
 	// Limits are the defaults of a run (the code-mode contract's when zero); a job's
 	// limits override them field by field, capped by MaxLimits.
 	Limits sandbox.Limits
@@ -42,6 +47,10 @@ type Config struct {
 	// MaxSuspendedPerSession caps the runs of one session waiting at once
 	// (the code-mode contract: 64).
 	MaxSuspendedPerSession int
+	// MaxSuspendedPerTenant caps the runs of one named tenant waiting at
+	// once, over all its sessions; 1000 by default. The default tenant (a
+	// single-tenant deployment's own) has only the per-session cap.
+	MaxSuspendedPerTenant int
 	// LeaseTTL is how long a resume may hold a run before another worker
 	// may take it over; 30 s by default.
 	LeaseTTL time.Duration
@@ -92,6 +101,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxSuspendedPerSession == 0 {
 		c.MaxSuspendedPerSession = 64
 	}
+	if c.MaxSuspendedPerTenant == 0 {
+		c.MaxSuspendedPerTenant = 1000
+	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = 30 * time.Second
 	}
@@ -111,7 +123,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.SnapshotTTL < time.Second || c.MaxSnapshotTTL < c.SnapshotTTL {
 		return c, fmt.Errorf("codemode: snapshot TTL %s (max %s) invalid", c.SnapshotTTL, c.MaxSnapshotTTL)
 	}
-	if c.LeaseTTL < 100*time.Millisecond || c.MaxSuspendedPerSession < 1 || c.InlineSnapshotBytes < 0 || c.MaxResultBytes < 1024 ||
+	if c.LeaseTTL < 100*time.Millisecond || c.MaxSuspendedPerSession < 1 || c.MaxSuspendedPerTenant < 1 || c.InlineSnapshotBytes < 0 || c.MaxResultBytes < 1024 ||
 		c.SweepInterval < 10*time.Millisecond {
 		return c, errors.New("codemode: lease TTL, suspended cap or inline size out of range")
 	}

@@ -298,17 +298,30 @@ func (c *CodeMode) remaining(rec *record) time.Duration {
 // checkSuspendedCap refuses a suspension when the session (of the tenant)
 // has too many runs.
 func (c *CodeMode) checkSuspendedCap(ctx context.Context, tenant, session string) error {
+	if err := c.checkRunsUnder(ctx, runKey(tenant, session, "*"), c.cfg.MaxSuspendedPerSession, "per session"); err != nil {
+		return err
+	}
+	if tenant == "" {
+		return nil
+	}
+	// Over all the tenant's sessions: a tenant that opens many sessions is
+	// bounded too, by its own cap, not by the runs bucket everyone shares.
+	return c.checkRunsUnder(ctx, contracts.TenantKey(tenant, "*.*"), c.cfg.MaxSuspendedPerTenant, "per tenant")
+}
+
+// checkRunsUnder refuses a suspension when the live run records whose keys
+// match filter are at limit already.
+func (c *CodeMode) checkRunsUnder(ctx context.Context, filter string, limit int, per string) error {
 	runs := c.cfg.Subjects.RunsBucket()
 	st, err := c.js.Stream(ctx, contracts.KVStream(runs))
 	if err != nil {
 		return err
 	}
-	filter := runKey(tenant, session, "*")
 	info, err := st.Info(ctx, jetstream.WithSubjectFilter(contracts.KVSubject(runs, filter)))
 	if err != nil {
 		return err
 	}
-	if len(info.State.Subjects) < c.cfg.MaxSuspendedPerSession {
+	if len(info.State.Subjects) < limit {
 		return nil
 	}
 	// The subject count includes the short-lived markers of runs that just
@@ -322,8 +335,8 @@ func (c *CodeMode) checkSuspendedCap(ctx context.Context, tenant, session string
 	for range lister.Keys() {
 		live++
 	}
-	if live >= c.cfg.MaxSuspendedPerSession {
-		return worker.Permanent(contracts.Errorf(contracts.CodeInvalidInput, "%s (at most %d per session)", msgTooManyRuns, c.cfg.MaxSuspendedPerSession))
+	if live >= limit {
+		return worker.Permanent(contracts.Errorf(contracts.CodeInvalidInput, "%s (at most %d %s)", msgTooManyRuns, limit, per))
 	}
 	return nil
 }

@@ -42,20 +42,49 @@ func (c *CodeMode) expire(ctx context.Context, tenant, session, runID string) er
 // other job id names no run and is passed over after one lookup. The feed
 // carries the default tenant's cancels only: a named tenant's run is not
 // removed by a cancel yet (it ends at its TTL).
-func (c *CodeMode) onCancel(ctx context.Context, session, jobID string) {
-	c.cancelRun(ctx, session, jobID)
+func (c *CodeMode) onCancel(ctx context.Context, tenant, session, jobID string) {
+	c.cancelRun(ctx, tenant, session, jobID)
 }
 
-func (c *CodeMode) cancelRun(ctx context.Context, session, runID string) {
-	rec, _, err := c.store.load(ctx, "", session, runID)
+// cancelRun ends a cancelled run of tenant: its pending nested jobs are
+// cancelled in the same tenant, the exec job's cancelled event is written
+// (a default-tenant requester's cancel wrote it already; a tenant's cannot,
+// tenants write no events), and the record and snapshot go.
+func (c *CodeMode) cancelRun(ctx context.Context, tenant, session, runID string) {
+	rec, _, err := c.store.load(ctx, tenant, session, runID)
 	if err != nil {
 		return
 	}
 	for _, p := range rec.Pending {
 		if p.JobID != "" && !rec.hasResult(p.CallID) {
-			_ = c.prod.Cancel(ctx, session, p.JobID)
+			c.cancelNested(ctx, tenant, session, p.JobID)
 		}
 	}
+	ref := c.execRef(rec)
+	if err := c.w.Emit(ctx, ref, contracts.StatusCancelled, 1, nil, contracts.Errorf(contracts.CodeCancelled, "cancelled by request")); err != nil && !isEnded(err) {
+		c.log.Warn("cancelled run: event not written", slog.String("run", runID), slog.Any("err", err))
+	}
 	c.drop(ctx, rec)
-	c.log.Info("code mode run cancelled", slog.String("run", runID))
+	c.log.Info("code mode run cancelled", slog.String("run", runID), slog.String("tenant", tenant))
+}
+
+// cancelNested cancels a nested job of a run of tenant: for the default
+// tenant as a requester would; for a named one with the mark and notice on
+// the tenant's own keys and subjects (the worker that pulls or runs the job
+// writes its cancelled event).
+func (c *CodeMode) cancelNested(ctx context.Context, tenant, session, jobID string) {
+	if tenant == "" {
+		_ = c.prod.Cancel(ctx, session, jobID)
+		return
+	}
+	kv, err := c.js.KeyValue(ctx, c.cfg.Subjects.CancelsBucket())
+	if err == nil {
+		_, err = kv.Put(ctx, contracts.CancelKey(tenant, session, jobID), []byte(session))
+	}
+	if err == nil {
+		err = c.nc.Publish(c.cfg.Subjects.TenantCancel(tenant, jobID), []byte(session))
+	}
+	if err != nil {
+		c.log.Warn("nested job of a cancelled run not cancelled", slog.String("job", jobID), slog.String("tenant", tenant), slog.Any("err", err))
+	}
 }

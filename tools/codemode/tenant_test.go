@@ -123,6 +123,8 @@ func (b *bundle) tenantEvent(t *testing.T, tenant, session, id string, done func
 
 func terminal(s contracts.Status) bool { return s.Terminal() }
 
+func parked(s contracts.Status) bool { return s == contracts.StatusWaiting || s.Terminal() }
+
 func codeJob(id, tool, session string, in any) *contracts.Job {
 	data, _ := json.Marshal(in)
 	return &contracts.Job{ID: id, Tool: tool, Session: session, Input: data, CreatedAt: time.Now().UTC()}
@@ -212,4 +214,32 @@ func TestTenantRuns(t *testing.T) {
 	require.JSONEq(t, `"acme's"`, string(result(t, ev.Data.Result).Value))
 	ev = b.tenantEvent(t, "ACME", "s1", "run-w", terminal)
 	require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
+}
+
+// TestSuspendedRunsCappedPerTenant: a tenant's runs waiting at once are
+// capped over all its sessions, so opening a new session per run does not
+// get around the per-session cap; another tenant is not touched.
+func TestSuspendedRunsCappedPerTenant(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := testutil.Context(t, 60*time.Second)
+	js := testutil.JetStream(t, b.srv.Connect(t))
+	for _, name := range []string{"ACME", "GLOBEX"} {
+		require.NoError(t, bus.AddTenant(ctx, js, bus.Config{}, contracts.TenantRecord{Name: name}))
+	}
+	started, release := make(chan string, 8), make(chan string, 8)
+	b.startWorkerWith(t, &worker.Config{Name: "A", Tenants: true}, &codemode.Config{MaxSuspendedPerTenant: 2}, holdTool(started, release))
+	hold := map[string]any{"code": `return await tools.callValue("toolq:core:hold", {});`}
+	for i, session := range []string{"s1", "s2"} {
+		id := fmt.Sprintf("held-%d", i)
+		b.tenantJob(t, "ACME", codeJob(id, contracts.ToolCodeModeExec, session, hold))
+		require.Equal(t, contracts.StatusWaiting, b.tenantEvent(t, "ACME", session, id, parked).Data.Status)
+	}
+	b.tenantJob(t, "ACME", codeJob("third", contracts.ToolCodeModeExec, "s3", hold))
+	ev := b.tenantEvent(t, "ACME", "s3", "third", terminal)
+	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+	require.Contains(t, ev.Data.Error.Message, "per tenant")
+	// GLOBEX has its own count.
+	b.tenantJob(t, "GLOBEX", codeJob("own", contracts.ToolCodeModeExec, "s1", hold))
+	require.Equal(t, contracts.StatusWaiting, b.tenantEvent(t, "GLOBEX", "s1", "own", parked).Data.Status)
 }

@@ -91,6 +91,9 @@ type Config struct {
 	// Replicas and Storage of the approvals and policy buckets.
 	Replicas int
 	Storage  jetstream.StorageType
+	// MaxBytes bounds the approvals and exec-policy buckets, by name;
+	// 64 MiB and 16 MiB by default (bus.Config.MaxBytesOf).
+	MaxBytes map[string]int64
 	// Logger receives structured logs; slog.Default() when nil.
 	Logger *slog.Logger
 	// Observer is told of approvals asked for and decided, for metrics

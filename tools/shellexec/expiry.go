@@ -67,11 +67,11 @@ func (s *ShellExec) expire(ctx context.Context, tenant, id string) error {
 
 // onCancel hears the worker's cancel feed: a cancelled job's approved
 // command or background session is killed, and its pending approval is
-// marked cancelled so no later decision runs it. The feed carries the
-// default tenant's cancels.
-func (s *ShellExec) onCancel(ctx context.Context, session, jobID string) {
-	s.stopRun("", jobID, errJobCancelled)
-	s.cancelApproval(ctx, "", session, jobID)
+// marked cancelled so no later decision runs it, each under the job's own
+// tenant and session.
+func (s *ShellExec) onCancel(ctx context.Context, tenant, session, jobID string) {
+	s.stopRun(tenant, session, jobID, errJobCancelled)
+	s.cancelApproval(ctx, tenant, session, jobID)
 }
 
 // cancelApproval marks the pending approval of tenant's cancelled exec job.
@@ -87,7 +87,14 @@ func (s *ShellExec) cancelApproval(ctx context.Context, tenant, session, jobID s
 		_, err = s.store.save(ctx, rec, rev, s.cfg.DecidedTTL)
 		if !errors.Is(err, errStale) {
 			if err == nil {
-				s.log.Info("pending approval cancelled with its job", slog.String("approval", rec.Approval.ID))
+				s.log.Info("pending approval cancelled with its job", slog.String("approval", rec.Approval.ID), slog.String("tenant", tenant))
+				// A default-tenant requester's cancel wrote the job's
+				// cancelled event; a tenant's cannot (tenants write no
+				// events), so the worker does, once.
+				ref := &contracts.Job{ID: jobID, Session: session, Tool: rec.Tool, Tenant: tenant}
+				if err := s.emit(ctx, ref, contracts.StatusCancelled, 1, nil, contracts.Errorf(contracts.CodeCancelled, "cancelled by request")); err != nil && !isEnded(err) {
+					s.log.Warn("cancelled approval: event not written", slog.String("job", jobID), slog.Any("err", err))
+				}
 			}
 			return
 		}

@@ -39,7 +39,7 @@ func (s *ShellExec) runApproved(ctx context.Context, rec *Record, ref *contracts
 		err = s.emit(ectx, ref, contracts.StatusCompleted, 1, res, nil)
 		switch {
 		case isEnded(err):
-			s.stopRun(ref.Tenant, res.SessionID, errExecEnded) // the exec job was cancelled meanwhile
+			s.stopRun(ref.Tenant, ref.Session, res.SessionID, errExecEnded) // the exec job was cancelled meanwhile
 		case err != nil:
 			s.log.Warn("background session started; exec job not told", slog.String("job", ref.ID), slog.Any("err", err))
 		}
@@ -47,7 +47,7 @@ func (s *ShellExec) runApproved(ctx context.Context, rec *Record, ref *contracts
 	}
 	rctx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
-	untrack := s.track(ctx, ref.Tenant, ref.ID, cancelRun)
+	untrack := s.track(ctx, ref.Tenant, ref.Session, ref.ID, cancelRun)
 	defer untrack()
 
 	started := make(chan time.Time, 1)
@@ -118,7 +118,7 @@ func (s *ShellExec) startBackground(ref *contracts.Job, plan *shell.Plan) (Backg
 	sref := sessionRef(ref)
 	ctx, cancel := context.WithCancelCause(s.lctx)
 	tctx, tcancel := context.WithTimeout(ctx, emitTimeout)
-	untrack := s.track(tctx, sref.Tenant, sref.ID, cancel)
+	untrack := s.track(tctx, sref.Tenant, sref.Session, sref.ID, cancel)
 	tcancel()
 	st := newStreamer(s, sref, s.cfg.MaxStreamBytes)
 	s.loops.Add(1)
@@ -176,7 +176,7 @@ func (s *ShellExec) runYielding(ctx context.Context, ref *contracts.Job, plan *s
 		s.log.Info("exec stays in the foreground: background sessions at their cap", slog.String("job", ref.ID))
 		yielded = nil // never fires again
 	}
-	untrack := s.track(ctx, sref.Tenant, sref.ID, cancelRun)
+	untrack := s.track(ctx, sref.Tenant, sref.Session, sref.ID, cancelRun)
 	s.loops.Add(1)
 	go func() {
 		defer s.loops.Done()

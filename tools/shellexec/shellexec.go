@@ -42,7 +42,7 @@ type ShellExec struct {
 	loops  sync.WaitGroup
 
 	mu       sync.Mutex
-	running  map[string]context.CancelCauseFunc // by contracts.TenantKey of the job id a cancel names
+	running  map[string]context.CancelCauseFunc // by the contracts.CancelKey a cancel names
 	sessions int                                // background sessions running
 }
 
@@ -149,9 +149,11 @@ func (s *ShellExec) start(ctx context.Context) error {
 	if err := bus.Ensure(ctx, s.js, bus.Config{Subjects: sub, Replicas: s.cfg.Replicas, Storage: s.cfg.Storage}); err != nil {
 		return err
 	}
+	bounds := bus.Config{Subjects: sub, MaxBytes: s.cfg.MaxBytes}
 	approvals, err := bus.EnsureKV(ctx, s.js, jetstream.KeyValueConfig{
 		Bucket:      sub.ApprovalsBucket(),
 		Description: "exec commands waiting for a person's decision",
+		MaxBytes:    bounds.MaxBytesOf(sub.ApprovalsBucket()),
 		Storage:     s.cfg.Storage,
 		Replicas:    s.cfg.Replicas,
 		// Expiry markers outlive a fleet restart, so a worker that comes
@@ -165,6 +167,7 @@ func (s *ShellExec) start(ctx context.Context) error {
 	if s.policyKV, err = bus.EnsureKV(ctx, s.js, jetstream.KeyValueConfig{
 		Bucket:      sub.ExecPolicyBucket(),
 		Description: "shared exec policy: allowlist entries and stricter modes for every worker",
+		MaxBytes:    bounds.MaxBytesOf(sub.ExecPolicyBucket()),
 		Storage:     s.cfg.Storage,
 		Replicas:    s.cfg.Replicas,
 		History:     16,
@@ -195,11 +198,11 @@ func (s *ShellExec) stop(context.Context) error {
 	return nil
 }
 
-// track registers a run that a cancel of tenant's jobID ends. It checks
-// the cancels bucket once after registering, so a cancel recorded just
-// before is not missed by the watch.
-func (s *ShellExec) track(ctx context.Context, tenant, jobID string, cancel context.CancelCauseFunc) (untrack func()) {
-	key := contracts.TenantKey(tenant, jobID) // the cancels bucket's key too
+// track registers a run that a cancel of tenant's jobID in session ends.
+// It checks the cancels bucket once after registering, so a cancel
+// recorded just before is not missed by the watch.
+func (s *ShellExec) track(ctx context.Context, tenant, session, jobID string, cancel context.CancelCauseFunc) (untrack func()) {
+	key := contracts.CancelKey(tenant, session, jobID) // the cancels bucket's key too
 	s.mu.Lock()
 	s.running[key] = cancel
 	s.mu.Unlock()
@@ -230,11 +233,11 @@ func (s *ShellExec) dropSession() {
 	s.mu.Unlock()
 }
 
-// stopRun cancels the tracked run of tenant's jobID with cause, if there
-// is one.
-func (s *ShellExec) stopRun(tenant, jobID string, cause error) {
+// stopRun cancels the tracked run of tenant's jobID in session with
+// cause, if there is one.
+func (s *ShellExec) stopRun(tenant, session, jobID string, cause error) {
 	s.mu.Lock()
-	stop := s.running[contracts.TenantKey(tenant, jobID)]
+	stop := s.running[contracts.CancelKey(tenant, session, jobID)]
 	s.mu.Unlock()
 	if stop != nil {
 		stop(cause)

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
 	"github.com/toolq/toolq/internal/embedded"
 	"github.com/toolq/toolq/metrics"
 	"github.com/toolq/toolq/producer"
@@ -42,9 +43,11 @@ type Config struct {
 	PayloadBytes int
 	// StoreDir holds the server's data; a temporary directory when empty.
 	StoreDir string
-	// Tenants runs the worker with tenants on (worker.Config.Tenants); the
-	// jobs are still the default tenant's, so the figures show what serving
-	// tenants costs the single-tenant path.
+	// Tenants runs the jobs through a tenant's account: the server gets a
+	// TOOLQ account and one tenant account importing its own subspace, as
+	// in deploy/nats/tenants.conf, the worker serves tenants, and the
+	// producer connects as the tenant's agent (Config.TenantAccount), so
+	// every submit, result and event crosses the imports.
 	Tenants bool
 	// Metrics runs the worker with its Prometheus observer on
 	// (worker.Config.Observer) and gathers the registry every second, as a
@@ -97,6 +100,7 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 	if cfg.Jobs < 1 || cfg.Submitters < 1 || cfg.Concurrency < 1 || cfg.LatencyJobs < 0 {
 		return nil, errors.New("bench: jobs, submitters and concurrency must be positive")
 	}
+	var err error
 	dir := cfg.StoreDir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "toolq-bench-")
@@ -107,18 +111,35 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 		dir = d
 	}
 	cfg.phase("starting an embedded server and a worker (concurrency %d, tenants %v)", cfg.Concurrency, cfg.Tenants)
-	srv, err := embedded.Start(&embedded.Config{StoreDir: dir})
+	ecfg := &embedded.Config{StoreDir: dir}
+	var tenant *benchTenant
+	if cfg.Tenants {
+		if tenant, err = newBenchTenant(dir); err != nil {
+			return nil, err
+		}
+		ecfg.ConfigFile = tenant.configFile
+	}
+	srv, err := embedded.Start(ecfg)
 	if err != nil {
 		return nil, err
 	}
 	defer srv.Stop()
 	quiet := slog.New(slog.DiscardHandler)
 
-	wnc, err := srv.Connect()
+	wnc, err := srv.Connect(tenant.workerAuth()...)
 	if err != nil {
 		return nil, err
 	}
 	defer wnc.Close()
+	if tenant != nil {
+		wjs, err := jetstream.New(wnc)
+		if err != nil {
+			return nil, err
+		}
+		if err := bus.AddTenant(ctx, wjs, bus.Config{}, contracts.TenantRecord{Name: benchTenantName, QueueLimit: int64(cfg.Jobs) + 1000}); err != nil {
+			return nil, err
+		}
+	}
 	wcfg := &worker.Config{Name: "bench", Logger: quiet, Builtins: true, Tenants: cfg.Tenants, Tool: worker.ToolConfig{Concurrency: cfg.Concurrency, MaxAckPending: max(4096, cfg.Concurrency)}}
 	if cfg.Metrics {
 		reg := prometheus.NewRegistry()
@@ -142,12 +163,12 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 		defer cancel()
 		_ = w.Stop(sctx)
 	}()
-	pnc, err := srv.Connect()
+	pnc, err := srv.Connect(tenant.agentAuth()...)
 	if err != nil {
 		return nil, err
 	}
 	defer pnc.Close()
-	p, err := producer.New(pnc, &producer.Config{Logger: quiet})
+	p, err := producer.New(pnc, &producer.Config{Logger: quiet, TenantAccount: tenant != nil})
 	if err != nil {
 		return nil, err
 	}
@@ -171,8 +192,12 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 	if vz, err := srv.Varz(nil); err == nil {
 		figs = append(figs, Figure{"slow_consumers", float64(vz.SlowConsumers), "count"})
 	}
-	if js, err := jetstream.New(pnc); err == nil {
-		if c, err := js.Consumer(ctx, "TOOLQ_JOBS", "worker_noop"); err == nil {
+	stream := contracts.Subjects{}.JobsStream()
+	if tenant != nil {
+		stream = contracts.Subjects{}.TenantJobsStream(benchTenantName)
+	}
+	if js, err := jetstream.New(wnc); err == nil {
+		if c, err := js.Consumer(ctx, stream, contracts.Subjects{}.ConsumerName(worker.ToolNoop)); err == nil {
 			if ci, err := c.Info(ctx); err == nil {
 				figs = append(figs, Figure{"redelivered", float64(ci.NumRedelivered), "jobs"})
 			}

@@ -10,10 +10,22 @@ import (
 // and positive.
 func TestRunSmall(t *testing.T) {
 	t.Parallel()
+	runSmall(t, false)
+}
+
+// TestRunSmallThroughATenant runs it with the jobs, results and events
+// crossing a tenant account's imports.
+func TestRunSmallThroughATenant(t *testing.T) {
+	t.Parallel()
+	runSmall(t, true)
+}
+
+func runSmall(t *testing.T, tenants bool) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cfg := Defaults()
-	cfg.Jobs, cfg.LatencyJobs, cfg.StoreDir = 2000, 50, t.TempDir()
+	cfg.Jobs, cfg.LatencyJobs, cfg.StoreDir, cfg.Tenants = 2000, 50, t.TempDir(), tenants
 	figs, err := Run(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

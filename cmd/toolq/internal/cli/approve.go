@@ -111,9 +111,11 @@ func (f *decideFlags) producer(g *globals) (*producer.Producer, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to %s: %w", redactURL(g.natsURL), err)
 	}
+	// A decision answers an approval a serving exec worker made, and the
+	// approver role may not read consumers: no served check.
 	p, err := producer.New(nc, &producer.Config{
 		Subjects: g.subjects(), Session: f.session, Timeout: g.timeout, Logger: g.log,
-		TenantAccount: g.tenantAccount,
+		TenantAccount: g.tenantAccount, SubmitUnserved: true,
 	})
 	if err != nil {
 		nc.Close()

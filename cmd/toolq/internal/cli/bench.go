@@ -55,10 +55,10 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 				emit(f)
 			}
 			if tenants {
-				// The same run again with the worker serving tenants.
+				// The same run again, the jobs crossing a tenant account's imports.
 				on := cfg
 				on.Tenants = true
-				g.tell("bench: again, with the worker serving tenants")
+				g.tell("bench: again, through a tenant account's imports")
 				tfigs, err := bench.Run(cmd.Context(), on)
 				if err != nil {
 					return err
@@ -137,7 +137,7 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 	f.DurationVar(&cfg.LatencyInterval, "latency-interval", cfg.LatencyInterval, "pause between latency jobs")
 	f.IntVar(&cfg.PayloadBytes, "payload", cfg.PayloadBytes, "bytes of padding in each job's input")
 	f.StringVar(&anchors, "anchors", "", "anchors summary file to compute ratios against")
-	f.BoolVar(&tenants, "tenants", false, "run again with the worker serving tenants and print both, with their throughput ratio")
+	f.BoolVar(&tenants, "tenants", false, "run again with the jobs submitted and followed through a tenant account's imports and print both, with their throughput ratio")
 	f.BoolVar(&mx, "metrics", false, "run again with the worker's Prometheus metrics on, in turns with off, and print both medians and the median on/off throughput ratio")
 	f.IntVar(&rounds, "metrics-rounds", 3, "rounds of off and on with --metrics")
 	return cmd

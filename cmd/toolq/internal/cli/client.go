@@ -144,7 +144,7 @@ func newCancelCmd(g *globals) *cobra.Command {
 	var session string
 	cmd := &cobra.Command{
 		Use:   "cancel JOB_ID",
-		Short: "Cancel a queued or running job",
+		Short: "Cancel a queued or running job of a session",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, closeFn, err := g.producer(session)
@@ -153,6 +153,9 @@ func newCancelCmd(g *globals) *cobra.Command {
 			}
 			defer closeFn()
 			if err := p.Cancel(cmd.Context(), session, args[0]); err != nil {
+				if errors.Is(err, producer.ErrUnknownJob) {
+					return fmt.Errorf("no job %s in session %s: nothing was cancelled (a job submitted later with this id in this session will not start)", args[0], session)
+				}
 				return err
 			}
 			if g.jsonOut {

@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nkeys"
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 
@@ -113,6 +115,24 @@ func TestJSONEveryCommand(t *testing.T) {
 	code, out, errOut = j("tenant", "add", "GLOBEX", "--out", dir)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, requireJSON(t, out)["accountEntry"], "GLOBEX")
+	seed := filepath.Join(dir, "approver.seed")
+	code, out, errOut = j("keygen", "--out", seed)
+	require.Equal(t, 0, code, errOut)
+	pub, _ := requireJSON(t, out)["user"].(string)
+	require.True(t, nkeys.IsValidPublicUserKey(pub), out)
+	data, err := os.ReadFile(seed) //nolint:gosec // G304: the test's own temp file
+	require.NoError(t, err)
+	kp, err := nkeys.FromSeed(bytes.TrimSpace(data))
+	require.NoError(t, err)
+	got, err := kp.PublicKey()
+	require.NoError(t, err)
+	require.Equal(t, pub, got, "the seed is the printed user's")
+	fi, err := os.Stat(seed)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	code, _, errOut = j("keygen", "--out", seed)
+	require.NotEqual(t, 0, code, "keygen never overwrites a seed")
+	require.Contains(t, errOut, "exists")
 
 	// Errors: one JSON object on stderr, with the code; stdout keeps what
 	// the command printed before (a failed job's event).
@@ -157,9 +177,12 @@ func TestJSONFlagReachesEveryCommand(t *testing.T) {
 		"toolq submit": true, "toolq cancel": true, "toolq events": true, "toolq exec": true, "toolq wait": true,
 		"toolq runs": true, "toolq schedule add": true, "toolq schedule ls": true, "toolq schedule rm": true,
 		"toolq tenant register": true, "toolq tenant ls": true, "toolq tenant rm": true, "toolq tenant add": true,
+		"toolq keygen": true,
 		// Tested elsewhere with --json: approve and deny (TestApproveDenyJSON),
 		// bench (TestBenchJSON), dev (TestDevJSON).
 		"toolq approve": true, "toolq deny": true, "toolq bench": true, "toolq dev": true,
+		// tenant jwt init and add (TestTenantJWT).
+		"toolq tenant jwt init": true, "toolq tenant jwt add": true,
 		// Servers whose only output is their logs: --json makes them JSON
 		// (the same handler as dev's).
 		"toolq worker": true, "toolq scheduler": true,

@@ -42,6 +42,8 @@ type workerFlags struct {
 	builtins        bool
 	tenants         bool
 	tenantQueue     int64
+	tenantSuspended int
+	maxQueueTime    time.Duration
 	mcpConfig       string
 	exec            execFlags
 	ackWait         time.Duration
@@ -70,6 +72,8 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.tenants, "tenants", os.Getenv("TOOLQ_TENANTS") != "",
 		"also serve the registered tenants (toolq tenant register) of a server like deploy/nats/tenants.conf (env TOOLQ_TENANTS)")
 	cmd.Flags().Int64Var(&f.tenantQueue, "tenant-queue-limit", 0, "queued jobs a tenant may have over all tools, unless registered with its own --queue-limit (default 10000)")
+	cmd.Flags().IntVar(&f.tenantSuspended, "tenant-suspended-limit", 0, "code-mode runs a named tenant may have waiting at once, over all its sessions (default 1000)")
+	cmd.Flags().DurationVar(&f.maxQueueTime, "max-queue-time", 0, "how long a job of a tool no worker serves waits before it is dead-lettered with a failed event (default 15m; negative: never)")
 	addMCPFlag(cmd, &f.mcpConfig)
 	f.exec.register(cmd)
 	f.metrics.register(cmd)
@@ -98,7 +102,7 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 	wcfg := &worker.Config{
 		Name: f.name, Subjects: g.subjects(), Replicas: f.replicas, StopTimeout: f.stopTimeout,
 		Logger: g.log, Tool: worker.ToolConfig{Concurrency: f.concurrency, AckWait: f.ackWait},
-		Builtins: f.builtins, Tenants: f.tenants, TenantQueueLimit: f.tenantQueue,
+		Builtins: f.builtins, Tenants: f.tenants, TenantQueueLimit: f.tenantQueue, MaxQueueTime: f.maxQueueTime,
 	}
 	if f.obs != nil {
 		wcfg.Observer = f.obs.Worker()
@@ -161,7 +165,7 @@ func (n *node) registerCodeMode(ctx context.Context, g *globals, nc *nats.Conn, 
 	}
 	ccfg := &codemode.Config{
 		Engine: n.engine, Subjects: g.subjects(), Replicas: f.replicas, Logger: g.log, LeaseTTL: f.leaseTTL,
-		ShellExec: f.codeModeExec,
+		ShellExec: f.codeModeExec, MaxSuspendedPerTenant: f.tenantSuspended,
 	}
 	if f.obs != nil {
 		ccfg.Observer = f.obs.CodeMode()

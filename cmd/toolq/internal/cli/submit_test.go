@@ -25,3 +25,51 @@ func TestSubmitWaitTellsWhatItWaitsFor(t *testing.T) {
 	require.NotContains(t, errOut, "context deadline exceeded")
 	require.Equal(t, 1, strings.Count(errOut, "waiting for approval"))
 }
+
+// A submit for a tool no worker serves fails at once, naming the tools that
+// are served, and prints no job id; --wait does not hang.
+func TestSubmitUnservedToolFailsFast(t *testing.T) {
+	t.Parallel()
+	url := startBus(t)
+	for _, args := range [][]string{
+		{"--nats", url, "submit", "--tool", "nosuchtool"},
+		{"--nats", url, "submit", "--tool", "nosuchtool", "--wait"},
+	} {
+		code, out, errOut := run(t, args...)
+		require.Equal(t, 2, code, "%v: %s", args, errOut)
+		require.Empty(t, out, "no job id for a job never enqueued")
+		require.Contains(t, errOut, `invalid_input: no worker serves tool "nosuchtool"; served: `)
+		require.Contains(t, errOut, "noop, sleep")
+	}
+}
+
+// Cancelling a job that never existed says so, exits non-zero and writes
+// no cancelled event; a job of the session is still cancelled.
+func TestCancelUnknownJob(t *testing.T) {
+	t.Parallel()
+	url := startBus(t)
+	code, out, errOut := run(t, "--nats", url, "cancel", "--session", "cli", "NOPE123")
+	require.Equal(t, 1, code, errOut)
+	require.NotContains(t, out, "cancelled")
+	require.Contains(t, errOut, "no job NOPE123 in session cli: nothing was cancelled")
+
+	code, out, errOut = run(t, "--nats", url, "submit", "--tool", "sleep", "--input", `{"ms":60000}`, "--session", "cli")
+	require.Equal(t, 0, code, errOut)
+	id := strings.TrimSpace(out)
+	// Another session does not find it.
+	code, _, errOut = run(t, "--nats", url, "cancel", "--session", "other", id)
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "no job "+id+" in session other")
+	code, out, errOut = run(t, "--nats", url, "cancel", "--session", "cli", id)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "cancelled "+id)
+
+	code, out, errOut = run(t, "--nats", url, "events", "--session", "cli")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, 1, strings.Count(out, "\n"), out)
+	require.Contains(t, out, id)
+	require.Contains(t, out, "cancelled")
+	code, out, errOut = run(t, "--nats", url, "events", "--session", "other")
+	require.Equal(t, 0, code, errOut)
+	require.Empty(t, strings.TrimSpace(out))
+}

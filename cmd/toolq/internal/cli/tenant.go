@@ -3,7 +3,6 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,7 +22,7 @@ func newTenantCmd(g *globals) *cobra.Command {
 		Use:   "tenant",
 		Short: "Manage the tenants of a multi-tenant bus (deploy/nats/tenants.conf)",
 	}
-	cmd.AddCommand(newTenantAddCmd(g), newTenantRegisterCmd(g), newTenantLsCmd(g), newTenantRmCmd(g))
+	cmd.AddCommand(newTenantAddCmd(g), newTenantRegisterCmd(g), newTenantLsCmd(g), newTenantRmCmd(g), newTenantJWTCmd(g))
 	return cmd
 }
 
@@ -231,29 +230,10 @@ so that workers serve it. The tenant's clients log in with the seed and
 					return contracts.Errorf(contracts.CodeInvalidInput, "tenant add: --approver %q is not a public user nkey (U…)", k)
 				}
 			}
-			kp, err := nkeys.CreateUser()
-			if err != nil {
-				return fmt.Errorf("tenant add: %w", err)
-			}
-			pub, err := kp.PublicKey()
-			if err != nil {
-				return fmt.Errorf("tenant add: %w", err)
-			}
-			seed, err := kp.Seed()
-			if err != nil {
-				return fmt.Errorf("tenant add: %w", err)
-			}
 			path := filepath.Join(out, name+".nk")
-			f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600) //nolint:gosec // G304: the operator names the directory
+			pub, err := writeUserSeed(path)
 			if err != nil {
-				return fmt.Errorf("tenant add: seed file: %w", err)
-			}
-			_, err = f.Write(append(seed, '\n'))
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return fmt.Errorf("tenant add: seed file: %w", err)
+				return fmt.Errorf("tenant add: %w", err)
 			}
 			g.log.Info("tenant agent seed written", "tenant", name, "file", path, "user", pub)
 			if g.jsonOut {
