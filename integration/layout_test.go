@@ -113,3 +113,21 @@ func TestInternalImportsOnlyContracts(t *testing.T) {
 	slices.Sort(offending)
 	require.Empty(t, offending)
 }
+
+// TestCoreNamesNoMetricsLibrary: the runtime, the tool packs and the
+// scheduler offer Observer hooks; only package metrics (and the binary)
+// import Prometheus.
+func TestCoreNamesNoMetricsLibrary(t *testing.T) {
+	t.Parallel()
+	graph := pkgImports(t, module+"/worker", module+"/producer", module+"/scheduler", module+"/tools/...")
+	require.Contains(t, graph, module+"/worker")
+	var offending []string
+	for pkg := range graph {
+		if strings.HasPrefix(pkg, "github.com/prometheus/") {
+			offending = append(offending, pkg+" (imported by "+strings.Join(importers(graph, pkg), ", ")+")")
+		}
+	}
+	slices.Sort(offending)
+	require.Empty(t, offending, "only package metrics may import Prometheus")
+	require.Contains(t, pkgImports(t, module+"/metrics"), "github.com/prometheus/client_golang/prometheus")
+}

@@ -64,6 +64,9 @@ type AsynqConfig struct {
 	DisableIngress bool
 	// Logger receives structured logs; slog.Default() when nil.
 	Logger *slog.Logger
+	// Observer is told of firings, for metrics (package metrics has the
+	// Prometheus one); nil for none.
+	Observer Observer
 }
 
 // Asynq is the asynq engine: schedules live in the NATS KV bucket; periodic
@@ -129,7 +132,7 @@ func NewAsynq(nc *nats.Conn, cfg *AsynqConfig) (*Asynq, error) {
 	if c.Concurrency < 1 || c.PollInterval < 0 || c.RedisCheckInterval < 0 || c.StopTimeout < 0 {
 		return nil, errors.New("scheduler: asynq config out of range")
 	}
-	cl, err := NewClient(nc, &ClientConfig{Subjects: c.Subjects, Replicas: c.Replicas, Timeout: c.Timeout, Logger: c.Logger})
+	cl, err := NewClient(nc, &ClientConfig{Subjects: c.Subjects, Replicas: c.Replicas, Timeout: c.Timeout, Logger: c.Logger, Observer: c.Observer})
 	if err != nil {
 		return nil, err
 	}
@@ -448,6 +451,9 @@ func (e *Asynq) catchUp(ctx context.Context) {
 		if err != nil {
 			e.log.Warn("catch-up firing failed", slog.String("id", s.ID), slog.Any("err", err))
 		} else if fired {
+			if e.cfg.Observer != nil {
+				e.cfg.Observer.CaughtUp()
+			}
 			e.log.Info("missed firing caught up", slog.String("id", s.ID), slog.Time("fire_time", t))
 		}
 	}

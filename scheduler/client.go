@@ -70,6 +70,20 @@ type ClientConfig struct {
 	Timeout time.Duration
 	// Logger receives structured logs; slog.Default() when nil.
 	Logger *slog.Logger
+	// Observer is told of firings, for metrics (package metrics has the
+	// Prometheus one); nil for none.
+	Observer Observer
+}
+
+// Observer receives a scheduler's figures. Its methods must be safe to
+// call at once and must not block.
+type Observer interface {
+	// Fired: a firing was enqueued as a job, late after its fire time.
+	Fired(late time.Duration)
+	// CaughtUp: a missed firing was made up once (the store came back).
+	CaughtUp()
+	// FireFailed: a firing could not be enqueued this time; it is retried.
+	FireFailed()
 }
 
 func (c *ClientConfig) withDefaults() (ClientConfig, error) {
@@ -356,6 +370,9 @@ func (c *Client) fire(ctx context.Context, s *Schedule, t time.Time) (bool, erro
 	job := s.Job.build(s.ID, t)
 	// A duplicate is this firing enqueued by another scheduler instance.
 	if err := c.prod.SubmitJob(ctx, job, ""); err != nil && !errors.Is(err, producer.ErrDuplicate) {
+		if c.cfg.Observer != nil {
+			c.cfg.Observer.FireFailed()
+		}
 		return false, err
 	}
 	if err := c.markFired(ctx, s.ID, t); err != nil {
@@ -370,6 +387,9 @@ func (c *Client) fire(ctx context.Context, s *Schedule, t time.Time) (bool, erro
 			return true, fmt.Errorf("scheduler: delete fired %s: %w", s.ID, err)
 		}
 		_ = kv.Purge(ctx, firedKey(s.ID))
+	}
+	if c.cfg.Observer != nil {
+		c.cfg.Observer.Fired(max(c.now().Sub(t), 0))
 	}
 	c.log.Debug("schedule fired", slog.String("id", s.ID), slog.String("job", job.ID))
 	return true, nil

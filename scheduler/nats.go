@@ -37,6 +37,9 @@ type NATSConfig struct {
 	Timeout time.Duration
 	// Logger receives structured logs; slog.Default() when nil.
 	Logger *slog.Logger
+	// Observer is told of firings, for metrics (package metrics has the
+	// Prometheus one); nil for none.
+	Observer Observer
 }
 
 // NATS is the NATS-native engine. Each schedule is one message on
@@ -66,7 +69,7 @@ func NewNATS(nc *nats.Conn, cfg *NATSConfig) (*NATS, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	cl, err := NewClient(nc, &ClientConfig{Subjects: c.Subjects, Replicas: c.Replicas, Timeout: c.Timeout, Logger: c.Logger})
+	cl, err := NewClient(nc, &ClientConfig{Subjects: c.Subjects, Replicas: c.Replicas, Timeout: c.Timeout, Logger: c.Logger, Observer: c.Observer})
 	if err != nil {
 		return nil, err
 	}

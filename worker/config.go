@@ -63,6 +63,13 @@ type Config struct {
 	MaxQueueTimes map[string]time.Duration
 	// Logger receives structured logs; slog.Default() when nil.
 	Logger *slog.Logger
+	// Observer receives the worker's figures for metrics (package metrics
+	// has the Prometheus one); nil for none.
+	Observer Observer
+	// LagInterval is how often the worker reads its consumers' backlog for
+	// the Observer (one consumer listing per jobs stream served); 15 s by
+	// default.
+	LagInterval time.Duration
 }
 
 // DefaultMaxQueueTime is the queue-time limit of Config.MaxQueueTime when
@@ -244,9 +251,15 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.LagInterval == 0 {
+		c.LagInterval = 15 * time.Second
+	}
 	var err error
 	if c.Tool, err = c.Tool.withDefaults(defaultTool); err != nil {
 		return c, err
+	}
+	if c.LagInterval < time.Second {
+		return c, fmt.Errorf("worker: lag interval %s below 1s", c.LagInterval)
 	}
 	if c.StopTimeout < 0 || c.MaxResultBytes < 0 {
 		return c, fmt.Errorf("worker: negative stop timeout or result cap")

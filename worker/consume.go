@@ -28,6 +28,9 @@ func (w *Worker) startTool(ctx context.Context, t *tool) error {
 		return fmt.Errorf("worker: consumer for %s: %w", t.name, err)
 	}
 	t.cons = cons
+	if w.cfg.Observer != nil && t.obs == nil {
+		t.obs = w.cfg.Observer.Tool(t.name, t.tenant)
+	}
 	if t.cfg.Ready != nil {
 		w.loops.Add(1)
 		go w.gate(t) //nolint:contextcheck // the consume loop is owned by Start/Stop and uses the worker's run context

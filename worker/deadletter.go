@@ -19,15 +19,18 @@ import (
 
 // deadLetter stores the job in the DLQ, then publishes its failed event, then
 // removes it from the queue.
-func (w *Worker) deadLetter(log *slog.Logger, msg jetstream.Msg, t *tool, job *contracts.Job, attempts int, lastSeq uint64, werr *contracts.Error) {
+func (w *Worker) deadLetter(log *slog.Logger, msg jetstream.Msg, t *tool, job *contracts.Job, attempts int, lastSeq uint64, werr *contracts.Error) Outcome {
 	werr = &contracts.Error{Code: werr.Code, Message: werr.Message, Details: werr.Details}
 	if err := w.retry(msg, func(ctx context.Context) error { return w.publishDLQ(ctx, t.name, msg.Data(), job, attempts, werr) }); err != nil {
 		log.Error("dead letter not stored; handing the job back", slog.Any("err", err))
 		_ = msg.NakWithDelay(time.Second)
-		return
+		return OutcomeRequeued
 	}
 	log.Warn("job exhausted its attempts; moved to the DLQ", slog.Int("attempts", attempts), slog.String("error", werr.Message))
-	w.finish(log, msg, job, attempts, lastSeq, contracts.StatusFailed, nil, werr)
+	if o := w.finish(log, msg, job, attempts, lastSeq, contracts.StatusFailed, nil, werr); o != OutcomeFailed {
+		return o
+	}
+	return OutcomeDeadLettered
 }
 
 func (w *Worker) publishDLQ(ctx context.Context, toolName string, raw []byte, job *contracts.Job, attempts int, werr *contracts.Error) error {
@@ -84,7 +87,7 @@ func (w *Worker) dlqLimit() int {
 // reject handles a job message that cannot be run: a failed event with
 // invalid_input when the message names a valid job and session, the DLQ when
 // it does not (there is nobody to tell); never redelivered.
-func (w *Worker) reject(t *tool, msg jetstream.Msg, attempt int, cause error) {
+func (w *Worker) reject(t *tool, msg jetstream.Msg, attempt int, cause error) Outcome {
 	werr := contracts.AsError(cause)
 	var head struct {
 		ID      string `json:"id"`
@@ -96,16 +99,16 @@ func (w *Worker) reject(t *tool, msg jetstream.Msg, attempt int, cause error) {
 	if tenantOK && contracts.ValidID(head.ID) && contracts.ValidID(head.Session) {
 		job := &contracts.Job{ID: head.ID, Session: head.Session, Tool: t.name, Tenant: tenant}
 		log.Info("malformed job refused", slog.String("job", head.ID), slog.String("error", werr.Message))
-		w.finish(log, msg, job, attempt, 0, contracts.StatusFailed, nil, werr)
-		return
+		return w.finish(log, msg, job, attempt, 0, contracts.StatusFailed, nil, werr)
 	}
 	if err := w.retry(msg, func(ctx context.Context) error { return w.publishDLQ(ctx, t.name, msg.Data(), nil, attempt, werr) }); err != nil {
 		log.Error("unreadable job: dead letter not stored; handing it back", slog.Any("err", err))
 		_ = msg.NakWithDelay(time.Second)
-		return
+		return OutcomeRequeued
 	}
 	_ = msg.TermWithReason(string(contracts.CodeInvalidInput))
 	log.Warn("unreadable job moved to the DLQ", slog.String("error", werr.Message))
+	return OutcomeDeadLettered
 }
 
 // refuseFired moves a job message the server fired from a message schedule
@@ -115,16 +118,17 @@ func (w *Worker) reject(t *tool, msg jetstream.Msg, attempt int, cause error) {
 // schedule someone slipped into a jobs stream made before schedules had a
 // stream of their own (such a stream keeps message schedules on). Whatever
 // job and session its body names, it is not theirs to answer.
-func (w *Worker) refuseFired(t *tool, msg jetstream.Msg, attempt int) {
+func (w *Worker) refuseFired(t *tool, msg jetstream.Msg, attempt int) Outcome {
 	from := msg.Headers().Get(headerScheduler)
 	werr := contracts.Errorf(contracts.CodeInvalidInput, "job message fired by the message schedule %q: scheduled jobs come from toolq's scheduler only", clipText(from, 128))
 	if err := w.retry(msg, func(ctx context.Context) error { return w.publishDLQ(ctx, t.name, msg.Data(), nil, attempt, werr) }); err != nil {
 		w.log.Error("fired job: dead letter not stored; handing it back", slog.String("tool", t.name), slog.Any("err", err))
 		_ = msg.NakWithDelay(time.Second)
-		return
+		return OutcomeRequeued
 	}
 	_ = msg.TermWithReason(string(contracts.CodeInvalidInput))
 	w.log.Warn("job fired by a message schedule refused and moved to the DLQ", slog.String("tool", t.name), slog.String("schedule", clipText(from, 128)))
+	return OutcomeDeadLettered
 }
 
 // clipText cuts s to at most n bytes for a log line or an error.
@@ -224,6 +228,10 @@ func (w *Worker) reapExhausted(adv maxDeliveriesAdvisory) {
 	}
 	if err := stream.DeleteMsg(ctx, adv.StreamSeq); err != nil {
 		w.log.Debug("max deliveries: delete", slog.Any("err", err))
+		return // another worker moved it
+	}
+	if t := w.consumerOf(toolName, tenant); t != nil && t.obs != nil {
+		t.obs.DeadLettered()
 	}
 	w.log.Warn("job exhausted its attempts after a lost worker; moved to the DLQ",
 		slog.String("tool", toolName), slog.Uint64("seq", adv.StreamSeq))

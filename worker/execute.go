@@ -31,8 +31,12 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		return
 	}
 	attempt := int(md.NumDelivered) //nolint:gosec // G115: at most the consumer's MaxDeliver, an int
+	start := time.Now()
+	t.observeStart(md, start)
+	out := OutcomeAnswered
+	defer func() { t.observeEnd(out, start) }()
 	if msg.Headers().Get(headerScheduler) != "" {
-		w.refuseFired(t, msg, attempt)
+		out = w.refuseFired(t, msg, attempt)
 		return
 	}
 	job, err := contracts.DecodeJob(msg.Data())
@@ -52,10 +56,13 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		err = checkMsgID(msg, job)
 	}
 	if err != nil {
-		w.reject(t, msg, attempt, err)
+		out = w.reject(t, msg, attempt, err)
 		return
 	}
 	log := w.log.With(slog.String("job", job.ID), slog.String("tool", t.name), slog.Int("attempt", attempt))
+	if job.Tenant != "" {
+		log = log.With(slog.String("tenant", job.Tenant))
+	}
 
 	// The first delivery runs without a lookup; only a redelivery asks the
 	// result store whether the job already ended.
@@ -73,11 +80,12 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		if err != nil && ev == nil && seq == 0 {
 			log.Warn("redelivered job: result store unreadable; retrying later", slog.Any("err", err))
 			_ = msg.NakWithDelay(time.Second)
+			out = OutcomeRequeued
 			return
 		}
 		if ev != nil && ev.Data.Status.Terminal() {
 			log.Debug("redelivered job already ended; answering from its event", slog.String("status", string(ev.Data.Status)))
-			w.ackEnded(log, msg, job, ev)
+			out = w.ackEnded(log, msg, job, ev)
 			return
 		}
 		lastSeq = seq
@@ -86,11 +94,11 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 	// that names the job's session stops it.
 	key := contracts.CancelKey(job.Tenant, job.Session, job.ID)
 	if w.isCancelled(key) {
-		w.finish(log, msg, job, attempt, lastSeq, contracts.StatusCancelled, nil, contracts.Errorf(contracts.CodeCancelled, "job was cancelled before it started"))
+		out = w.finish(log, msg, job, attempt, lastSeq, contracts.StatusCancelled, nil, contracts.Errorf(contracts.CodeCancelled, "job was cancelled before it started"))
 		return
 	}
 	if job.Tenant != "" && t.cfg.DefaultTenantOnly {
-		w.finish(log, msg, job, attempt, lastSeq, contracts.StatusFailed, nil, contracts.Errorf(contracts.CodeInvalidInput, "tool %s does not serve tenants", t.name))
+		out = w.finish(log, msg, job, attempt, lastSeq, contracts.StatusFailed, nil, contracts.Errorf(contracts.CodeInvalidInput, "tool %s does not serve tenants", t.name))
 		return
 	}
 	maxAttempts := t.cfg.Retry.MaxAttempts
@@ -98,7 +106,7 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		maxAttempts = job.MaxAttempts
 	}
 	if attempt > maxAttempts {
-		w.deadLetter(log, msg, t, job, attempt-1, lastSeq,
+		out = w.deadLetter(log, msg, t, job, attempt-1, lastSeq,
 			contracts.Errorf(contracts.CodeInternalError, "attempts exhausted: the worker running attempt %d stopped without an answer", attempt-1))
 		return
 	}
@@ -130,7 +138,8 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		seq, err := w.events.Publish(ctx, ev, lastSeq, traceParent(ctx))
 		switch {
 		case errors.Is(err, bus.ErrConflict):
-			if w.endedElsewhere(log, msg, job) {
+			if o, ended := w.endedElsewhere(log, msg, job); ended {
+				out = o
 				return
 			}
 		case err != nil:
@@ -146,15 +155,16 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 	case errors.Is(cause, errShutdown):
 		log.Info("job interrupted by shutdown; handing it back")
 		_ = msg.Nak()
+		out = OutcomeRequeued
 		return
 	case errors.Is(cause, errJobCancelled):
-		w.finish(log, msg, job, attempt, lastSeq, contracts.StatusCancelled, nil, contracts.Errorf(contracts.CodeCancelled, "job was cancelled while running"))
+		out = w.finish(log, msg, job, attempt, lastSeq, contracts.StatusCancelled, nil, contracts.Errorf(contracts.CodeCancelled, "job was cancelled while running"))
 		return
 	}
 	var park *ParkError
 	if errors.As(herr, &park) {
 		if herr = invalidPark(park, result); herr == nil {
-			w.park(log, msg, job, attempt, lastSeq, park, result)
+			out = w.park(log, msg, job, attempt, lastSeq, park, result)
 			return
 		}
 	}
@@ -164,7 +174,7 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 			result = nil
 		}
 		log.Info("job denied", slog.String("reason", denied.Reason))
-		w.finish(log, msg, job, attempt, lastSeq, contracts.StatusDenied, result, contracts.Errorf(contracts.CodeDenied, "%s", denied.Reason))
+		out = w.finish(log, msg, job, attempt, lastSeq, contracts.StatusDenied, result, contracts.Errorf(contracts.CodeDenied, "%s", denied.Reason))
 		return
 	}
 	if herr == nil {
@@ -179,7 +189,7 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		case !utf8.Valid(result):
 			herr = Permanent(contracts.Errorf(contracts.CodeInternalError, "handler returned a result that is not valid UTF-8"))
 		default:
-			w.finish(log, msg, job, attempt, lastSeq, contracts.StatusCompleted, result, nil)
+			out = w.finish(log, msg, job, attempt, lastSeq, contracts.StatusCompleted, result, nil)
 			return
 		}
 	}
@@ -193,12 +203,13 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 	switch {
 	case !retry:
 		log.Info("job failed permanently", slog.String("code", string(werr.Code)), slog.String("error", werr.Message))
-		w.finish(log, msg, job, attempt, lastSeq, contracts.StatusFailed, nil, werr)
+		out = w.finish(log, msg, job, attempt, lastSeq, contracts.StatusFailed, nil, werr)
 	case attempt >= maxAttempts:
-		w.deadLetter(log, msg, t, job, attempt, lastSeq, werr)
+		out = w.deadLetter(log, msg, t, job, attempt, lastSeq, werr)
 	default:
 		log.Info("job failed; retrying", slog.Duration("delay", delay), slog.String("error", werr.Message))
 		_ = msg.NakWithDelay(delay)
+		out = OutcomeRetried
 	}
 }
 

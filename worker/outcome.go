@@ -17,10 +17,11 @@ import (
 
 // finish publishes the job's terminal event and then acknowledges the
 // message (Term for failures, so it is never redelivered). If the event
-// cannot be stored the message is handed back for a later attempt.
+// cannot be stored the message is handed back for a later attempt. It
+// returns what the delivery came to.
 func (w *Worker) finish(log *slog.Logger, msg jetstream.Msg, job *contracts.Job, attempt int, lastSeq uint64,
 	status contracts.Status, result json.RawMessage, werr *contracts.Error,
-) {
+) Outcome {
 	ev := contracts.NewEvent(w.source, job, status, 1, time.Now())
 	ev.Data.Attempt = attempt
 	ev.Data.Result = result
@@ -42,8 +43,8 @@ func (w *Worker) finish(log *slog.Logger, msg jetstream.Msg, job *contracts.Job,
 		})
 	}
 	if errors.Is(err, bus.ErrConflict) {
-		if w.endedElsewhere(log, msg, job) {
-			return
+		if o, ended := w.endedElsewhere(log, msg, job); ended {
+			return o
 		}
 		// Another delivery of the same job wrote a non-terminal event: take
 		// the subject's current tail and try once more.
@@ -55,25 +56,28 @@ func (w *Worker) finish(log *slog.Logger, msg jetstream.Msg, job *contracts.Job,
 			_, err = w.events.Publish(ctx, ev, seq, traceOf(msg))
 			return err
 		})
-		if errors.Is(err, bus.ErrConflict) && w.endedElsewhere(log, msg, job) {
-			return
+		if errors.Is(err, bus.ErrConflict) {
+			if o, ended := w.endedElsewhere(log, msg, job); ended {
+				return o
+			}
 		}
 	}
 	if err != nil {
 		log.Warn("terminal event not stored; handing the job back", slog.Any("err", err))
 		_ = msg.NakWithDelay(time.Second)
-		return
+		return OutcomeRequeued
 	}
 	if err := w.retry(msg, func(ctx context.Context) error { return w.notifyParent(ctx, job, ev) }); err != nil {
 		log.Warn("parent run not told; handing the job back", slog.Any("err", err))
 		_ = msg.NakWithDelay(time.Second)
-		return
+		return OutcomeRequeued
 	}
 	if status == contracts.StatusFailed {
 		_ = msg.TermWithReason(string(werr.Code))
-		return
+		return OutcomeFailed
 	}
 	_ = msg.Ack()
+	return outcomeOf(string(status))
 }
 
 // retry runs op (a write to the bus that decides a job's outcome) until it
@@ -105,15 +109,16 @@ func (w *Worker) retry(msg jetstream.Msg, op func(ctx context.Context) error) er
 
 // ackEnded acknowledges a job that already has its terminal event ev,
 // telling its parent run first (again: that report is deduplicated).
-func (w *Worker) ackEnded(log *slog.Logger, msg jetstream.Msg, job *contracts.Job, ev *contracts.Event) {
+func (w *Worker) ackEnded(log *slog.Logger, msg jetstream.Msg, job *contracts.Job, ev *contracts.Event) Outcome {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := w.notifyParent(ctx, job, ev); err != nil {
 		log.Warn("parent run not told; handing the job back", slog.Any("err", err))
 		_ = msg.NakWithDelay(time.Second)
-		return
+		return OutcomeRequeued
 	}
 	_ = msg.Ack()
+	return OutcomeAnswered
 }
 
 // notifyParent reports the end of a nested call to the run that made it:
@@ -148,7 +153,7 @@ func (w *Worker) notifyParent(ctx context.Context, job *contracts.Job, ev *contr
 
 // park publishes a parked event and acknowledges the message: the job's
 // current step is over, the job is not.
-func (w *Worker) park(log *slog.Logger, msg jetstream.Msg, job *contracts.Job, attempt int, lastSeq uint64, park *ParkError, result json.RawMessage) {
+func (w *Worker) park(log *slog.Logger, msg jetstream.Msg, job *contracts.Job, attempt int, lastSeq uint64, park *ParkError, result json.RawMessage) Outcome {
 	ev := contracts.NewEvent(w.source, job, park.Status, park.N, time.Now())
 	ev.Data.Attempt = attempt
 	ev.Data.Result = result
@@ -156,15 +161,18 @@ func (w *Worker) park(log *slog.Logger, msg jetstream.Msg, job *contracts.Job, a
 		_, err := w.events.Publish(ctx, ev, lastSeq, traceOf(msg))
 		return err
 	})
-	if errors.Is(err, bus.ErrConflict) && w.endedElsewhere(log, msg, job) {
-		return
+	if errors.Is(err, bus.ErrConflict) {
+		if o, ended := w.endedElsewhere(log, msg, job); ended {
+			return o
+		}
 	}
 	if err != nil {
 		log.Warn("parked event not stored; handing the job back", slog.Any("err", err))
 		_ = msg.NakWithDelay(time.Second)
-		return
+		return OutcomeRequeued
 	}
 	_ = msg.Ack()
+	return OutcomeParked
 }
 
 // Emit writes the n-th event of status for a job other than the one being
@@ -217,15 +225,15 @@ func (w *Worker) Emit(ctx context.Context, ref *contracts.Job, status contracts.
 }
 
 // endedElsewhere reports (and acks) when the job's event subject already ends
-// in a terminal event written by someone else (a cancel, another delivery).
-func (w *Worker) endedElsewhere(log *slog.Logger, msg jetstream.Msg, job *contracts.Job) bool {
+// in a terminal event written by someone else (a cancel, another delivery),
+// with what the delivery came to.
+func (w *Worker) endedElsewhere(log *slog.Logger, msg jetstream.Msg, job *contracts.Job) (Outcome, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ev, _, err := w.events.LastIn(ctx, job.Tenant, job.Session, job.ID)
 	if err != nil || ev == nil || !ev.Data.Status.Terminal() {
-		return false
+		return 0, false
 	}
 	log.Debug("job already ended elsewhere", slog.String("status", string(ev.Data.Status)))
-	w.ackEnded(log, msg, job, ev)
-	return true
+	return w.ackEnded(log, msg, job, ev), true
 }

@@ -82,7 +82,8 @@ type tool struct {
 	cfg     ToolConfig
 	sem     chan struct{}
 	cons    jetstream.Consumer
-	tenant  string // a twin's named tenant, whose jobs stream it consumes; "" for the tool itself
+	tenant  string       // a twin's named tenant, whose jobs stream it consumes; "" for the tool itself
+	obs     ToolObserver // nil without Config.Observer
 
 	ccMu   sync.Mutex
 	cc     jetstream.ConsumeContext // nil while paused
@@ -303,6 +304,10 @@ func (w *Worker) startConsuming(ctx context.Context) error {
 	}
 	w.loops.Add(1)
 	go w.heartbeats()
+	if w.cfg.Observer != nil {
+		w.loops.Add(1)
+		go w.sampleLag() //nolint:contextcheck // the sampler lives until Stop and uses the worker's run context
+	}
 	if iv := w.sweepInterval(); iv > 0 {
 		w.loops.Add(1)
 		go w.sweepUnserved(iv) //nolint:contextcheck // the sweep loop is owned by Start/Stop and uses the worker's run context

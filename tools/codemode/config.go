@@ -69,6 +69,20 @@ type Config struct {
 	MaxResultBytes int
 	// Logger receives structured logs; slog.Default() when nil.
 	Logger *slog.Logger
+	// Observer is told of suspends and resumes, for metrics (package
+	// metrics has the Prometheus one); nil for none.
+	Observer Observer
+}
+
+// Observer receives code mode's figures. Its methods must be safe to call
+// at once from many runs and must not block.
+type Observer interface {
+	// Suspended: a run was suspended to a snapshot of snapshotBytes (at
+	// its exec, and after each resume that waits again).
+	Suspended(snapshotBytes int)
+	// Resumed: a run's VM came back, restored from its snapshot, or
+	// rebuilt by replaying a restartSafe run's code (replayed).
+	Resumed(replayed bool)
 }
 
 func (c Config) withDefaults() (Config, error) {

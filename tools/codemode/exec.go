@@ -160,6 +160,9 @@ func (c *CodeMode) handleExec(ctx context.Context, job *contracts.Job) (json.Raw
 	if err := c.triggerYield(ctx, rec); err != nil {
 		return nil, err
 	}
+	if c.cfg.Observer != nil {
+		c.cfg.Observer.Suspended(rec.SnapshotBytes)
+	}
 	c.log.Debug("code mode run suspended", slog.String("run", runID), slog.Int("pending", len(rec.Pending)), slog.Int("snapshot_bytes", rec.SnapshotBytes))
 	return c.waitingAnswer(rec, res)
 }

@@ -49,6 +49,7 @@ func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob 
 	}
 	suspended := float64(now.Sub(rec.SuspendedAt).Microseconds()) / 1000
 	var out *sandbox.Outcome
+	replayed := false
 	snap, err := c.store.getSnapshot(ctx, rec)
 	if err == nil {
 		out, err = c.cfg.Engine.Resume(ctx, &sandbox.ResumeRequest{
@@ -71,6 +72,7 @@ func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob 
 		}
 		c.log.Warn("rebuilding a restartSafe run by replay", slog.String("run", rec.RunID), slog.Any("cause", err))
 		out, err = c.replay(ctx, rec)
+		replayed = true
 	}
 	if err != nil {
 		// The job's context ended mid-resume: give the lease back so the
@@ -80,6 +82,9 @@ func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob 
 		defer cancel()
 		_, _ = c.store.save(bg, rec, rev, c.remaining(rec))
 		return nil, err
+	}
+	if c.cfg.Observer != nil {
+		c.cfg.Observer.Resumed(replayed)
 	}
 	res := c.bound(&out.Result)
 	rec.SuspendedMs += suspended
@@ -113,6 +118,9 @@ func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob 
 	}
 	if err := c.triggerYield(ctx, rec); err != nil {
 		return nil, err
+	}
+	if c.cfg.Observer != nil {
+		c.cfg.Observer.Suspended(rec.SnapshotBytes)
 	}
 	res.Telemetry.SnapshotBytes = rec.SnapshotBytes
 	clientTokens(res, rec)

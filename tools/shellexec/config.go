@@ -96,6 +96,21 @@ type Config struct {
 	MaxBytes map[string]int64
 	// Logger receives structured logs; slog.Default() when nil.
 	Logger *slog.Logger
+	// Observer is told of approvals asked for and decided, for metrics
+	// (package metrics has the Prometheus one); nil for none.
+	Observer Observer
+}
+
+// Observer receives exec's figures. Its methods must be safe to call at
+// once from many jobs and must not block. tenant is "" for the default
+// tenant.
+type Observer interface {
+	// ApprovalRequested: a command was parked as approval_pending (once
+	// per approval, not per redelivery).
+	ApprovalRequested(tenant string)
+	// ApprovalDecided: an approval was decided, by verdict: approved,
+	// denied, or expired (nobody decided within its TTL).
+	ApprovalDecided(tenant, verdict string)
 }
 
 func (c Config) withDefaults() (Config, error) {

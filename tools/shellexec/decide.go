@@ -95,6 +95,9 @@ func (s *ShellExec) handleDecide(ctx context.Context, job *contracts.Job) (json.
 				return nil, err
 			}
 			log.Info("approval decided", slog.String("status", rec.Status), slog.Bool("always", d.Always))
+			if s.cfg.Observer != nil {
+				s.cfg.Observer.ApprovalDecided(tenant, rec.Status)
+			}
 		case decideResume:
 			log.Info("redelivered decision resumed", slog.String("status", rec.Status))
 		}

@@ -77,7 +77,11 @@ func (s *ShellExec) park(ctx context.Context, job *contracts.Job, in *shell.Inpu
 	// The tenant is the worker's reading of the subject, never the body's.
 	a.Tenant, a.Session, a.JobID = job.Tenant, job.Session, job.ID
 	rec := &Record{Approval: *a, Tool: job.Tool, Background: in.Background, Status: StatusPending}
-	if _, err := s.store.save(ctx, rec, 0, s.cfg.ApprovalTTL); err != nil {
+	_, err = s.store.save(ctx, rec, 0, s.cfg.ApprovalTTL)
+	if err == nil && s.cfg.Observer != nil {
+		s.cfg.Observer.ApprovalRequested(job.Tenant)
+	}
+	if err != nil {
 		if !errors.Is(err, errStale) {
 			return nil, err
 		}

@@ -58,6 +58,9 @@ func (s *ShellExec) expire(ctx context.Context, tenant, id string) error {
 	if err != nil && !isEnded(err) {
 		return err
 	}
+	if err == nil && s.cfg.Observer != nil {
+		s.cfg.Observer.ApprovalDecided(tenant, "expired")
+	}
 	s.log.Info("approval expired: exec denied", slog.String("approval", id), slog.String("tenant", tenant), slog.String("job", ref.ID))
 	return nil
 }

@@ -16,11 +16,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/bus"
 	"github.com/toolq/toolq/internal/embedded"
+	"github.com/toolq/toolq/metrics"
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/worker"
 )
@@ -47,6 +49,10 @@ type Config struct {
 	// producer connects as the tenant's agent (Config.TenantAccount), so
 	// every submit, result and event crosses the imports.
 	Tenants bool
+	// Metrics runs the worker with its Prometheus observer on
+	// (worker.Config.Observer) and gathers the registry every second, as a
+	// scraper would, so the figures show what metrics cost.
+	Metrics bool
 	// Phase, when set, is told each phase as it begins (toolq bench prints
 	// them on stderr: a run takes a while).
 	Phase func(phase string)
@@ -134,7 +140,18 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 			return nil, err
 		}
 	}
-	w, err := worker.New(wnc, &worker.Config{Name: "bench", Logger: quiet, Builtins: true, Tenants: cfg.Tenants, Tool: worker.ToolConfig{Concurrency: cfg.Concurrency, MaxAckPending: max(4096, cfg.Concurrency)}})
+	wcfg := &worker.Config{Name: "bench", Logger: quiet, Builtins: true, Tenants: cfg.Tenants, Tool: worker.ToolConfig{Concurrency: cfg.Concurrency, MaxAckPending: max(4096, cfg.Concurrency)}}
+	if cfg.Metrics {
+		reg := prometheus.NewRegistry()
+		m, err := metrics.New(reg, nil)
+		if err != nil {
+			return nil, err
+		}
+		wcfg.Observer = m.Worker()
+		stop := gatherEvery(reg, time.Second)
+		defer stop()
+	}
+	w, err := worker.New(wnc, wcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -304,3 +321,25 @@ func pct(sorted []time.Duration, p int) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// gatherEvery gathers reg every period, as a scraper would, until the
+// returned stop is called.
+func gatherEvery(reg prometheus.Gatherer, period time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				_, _ = reg.Gather()
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}

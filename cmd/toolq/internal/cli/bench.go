@@ -4,19 +4,22 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/toolq/toolq/cmd/toolq/internal/bench"
+	"github.com/toolq/toolq/contracts"
 )
 
 func newBenchCmd(g *globals) *cobra.Command {
 	cfg := bench.Defaults()
 	var (
-		anchors string
-		tenants bool
+		anchors     string
+		tenants, mx bool
+		rounds      int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -30,6 +33,9 @@ FILE (a summary of baseline figures measured beside it, "anchor.<name> <value> <
 lines) it also prints toolq's figures as ratios of the anchors.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if rounds < 1 || rounds > 20 {
+				return contracts.Errorf(contracts.CodeInvalidInput, "--metrics-rounds %d out of range [1, 20]", rounds)
+			}
 			// The phases on stderr as they begin; stdout keeps the figures.
 			cfg.Phase = func(phase string) { g.tell("bench: %s", phase) }
 			figs, err := bench.Run(cmd.Context(), cfg)
@@ -65,6 +71,39 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 					emit(bench.Figure{Name: "tenants_throughput_vs_single", Value: vals["tenants_e2e_throughput"] / off, Unit: "ratio"})
 				}
 			}
+			if mx {
+				// Metrics on and off in turns, in the same process, rounds
+				// times (the run above was the first off): a machine whose
+				// load drifts moves both alike. The ratio is the median of
+				// the rounds' on/off ratios.
+				var offs, ons, ratios []float64
+				off := vals["e2e_throughput"]
+				for i := range rounds {
+					if i > 0 {
+						g.tell("bench: metrics off, round %d of %d", i+1, rounds)
+						ofigs, err := bench.Run(cmd.Context(), cfg)
+						if err != nil {
+							return err
+						}
+						off = throughputOf(ofigs)
+					}
+					on := cfg
+					on.Metrics = true
+					g.tell("bench: metrics on, round %d of %d", i+1, rounds)
+					mfigs, err := bench.Run(cmd.Context(), on)
+					if err != nil {
+						return err
+					}
+					offs, ons = append(offs, off), append(ons, throughputOf(mfigs))
+					if off > 0 {
+						ratios = append(ratios, ons[i]/off)
+						g.tell("bench: round %d: off %.0f jobs/s, on %.0f jobs/s, ratio %.3f", i+1, off, ons[i], ons[i]/off)
+					}
+				}
+				emit(bench.Figure{Name: "metrics_off_throughput_median", Value: median(offs), Unit: "jobs/s"})
+				emit(bench.Figure{Name: "metrics_on_throughput_median", Value: median(ons), Unit: "jobs/s"})
+				emit(bench.Figure{Name: "metrics_throughput_vs_off", Value: median(ratios), Unit: "ratio"})
+			}
 			if anchors != "" {
 				a, err := readAnchors(anchors)
 				if err != nil {
@@ -99,7 +138,31 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 	f.IntVar(&cfg.PayloadBytes, "payload", cfg.PayloadBytes, "bytes of padding in each job's input")
 	f.StringVar(&anchors, "anchors", "", "anchors summary file to compute ratios against")
 	f.BoolVar(&tenants, "tenants", false, "run again with the jobs submitted and followed through a tenant account's imports and print both, with their throughput ratio")
+	f.BoolVar(&mx, "metrics", false, "run again with the worker's Prometheus metrics on, in turns with off, and print both medians and the median on/off throughput ratio")
+	f.IntVar(&rounds, "metrics-rounds", 3, "rounds of off and on with --metrics")
 	return cmd
+}
+
+// throughputOf is the e2e_throughput figure of a run.
+func throughputOf(figs []bench.Figure) float64 {
+	for _, f := range figs {
+		if f.Name == "e2e_throughput" {
+			return f.Value
+		}
+	}
+	return 0
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func readAnchors(path string) (map[string]float64, error) {

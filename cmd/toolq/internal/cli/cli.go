@@ -26,8 +26,10 @@ type globals struct {
 	prefix   string
 	jsonOut  bool
 	logLevel string
-	timeout  time.Duration
-	auth     authFlags
+	// logFormat is --log-format: json or text; "" follows --json.
+	logFormat string
+	timeout   time.Duration
+	auth      authFlags
 	// tenantAccount says the user is a tenant's (deploy/nats/tenants.conf).
 	tenantAccount bool
 
@@ -141,10 +143,20 @@ Submit a job and wait for its result:    toolq submit --tool noop --input '{"hi"
 				return contracts.Errorf(contracts.CodeInvalidInput, "--log-level %q: want debug, info, warn or error", g.logLevel)
 			}
 			opts := &slog.HandlerOptions{Level: lvl}
-			if g.jsonOut {
+			format := g.logFormat
+			if format == "" {
+				format = "text"
+				if g.jsonOut {
+					format = "json"
+				}
+			}
+			switch format {
+			case "json":
 				g.log = slog.New(slog.NewJSONHandler(stderr, opts))
-			} else {
+			case "text":
 				g.log = slog.New(slog.NewTextHandler(stderr, opts))
+			default:
+				return contracts.Errorf(contracts.CodeInvalidInput, "--log-format %q: want json or text", g.logFormat)
 			}
 			if g.prefix != contracts.DefaultPrefix && !contracts.ValidID(g.prefix) {
 				return contracts.Errorf(contracts.CodeInvalidInput, "--prefix %q is not a valid subject token", g.prefix)
@@ -159,6 +171,7 @@ Submit a job and wait for its result:    toolq submit --tool noop --input '{"hi"
 	pf.StringVar(&g.prefix, "prefix", contracts.DefaultPrefix, "subject prefix of the deployment")
 	pf.BoolVar(&g.jsonOut, "json", false, "print machine-readable JSON: results on stdout, logs and errors ({\"error\":{\"code\",\"message\"}}) on stderr, streams one object per line")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	pf.StringVar(&g.logFormat, "log-format", "", "log format on stderr: json or text (default: json with --json, else text)")
 	pf.DurationVar(&g.timeout, "timeout", 30*time.Second, "how long a client command waits")
 	g.auth.register(pf)
 	pf.BoolVar(&g.tenantAccount, "tenant-account", os.Getenv("TOOLQ_TENANT_ACCOUNT") != "",

@@ -18,10 +18,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/testutil"
+	"github.com/toolq/toolq/metrics"
 	"github.com/toolq/toolq/worker"
 )
 
@@ -275,7 +277,10 @@ func TestProviderBreakerOpensAndIsPublished(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = sub.Unsubscribe() }()
 	g := &globals{prefix: contracts.DefaultPrefix, log: slog.New(slog.DiscardHandler), stdout: io.Discard, stderr: io.Discard}
-	n, err := newNode(testutil.Context(t, 30*time.Second), g, srv.Connect(t), &workerFlags{concurrency: 1, replicas: 1, stopTimeout: time.Second, noCodeMode: true, providersConfig: cfgFile})
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, nil)
+	require.NoError(t, err)
+	n, err := newNode(testutil.Context(t, 30*time.Second), g, srv.Connect(t), &workerFlags{concurrency: 1, replicas: 1, stopTimeout: time.Second, noCodeMode: true, providersConfig: cfgFile, obs: m})
 	require.NoError(t, err)
 	require.NoError(t, n.start(testutil.Context(t, 10*time.Second)))
 	defer func() { require.NoError(t, n.stop(testutil.Context(t, 10*time.Second))) }()
@@ -303,6 +308,19 @@ func TestProviderBreakerOpensAndIsPublished(t *testing.T) {
 		t.Fatal("no breaker event")
 	}
 	require.Equal(t, int32(2), hits.Load())
+	// The breaker's gauge says open (2).
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	var state float64 = -1
+	for _, f := range fams {
+		if f.GetName() == "toolq_provider_breaker_state" {
+			for _, mt := range f.GetMetric() {
+				state = mt.GetGauge().GetValue()
+				require.Equal(t, "xai", mt.GetLabel()[1].GetValue()) // labels sorted: model, provider
+			}
+		}
+	}
+	require.InDelta(t, 2, state, 0)
 	// While the breaker is open the worker stops pulling code_execution jobs.
 	code, _, _ := run(t, "--nats", srv.ClientURL(), "--timeout", "1s", "submit", "--tool", "code_execution", "--input", `{"task":"t"}`, "--wait")
 	require.Equal(t, 1, code)

@@ -129,10 +129,14 @@ func registerExec(g *globals, w *worker.Worker, nc *nats.Conn, f *workerFlags) (
 			g.log.Warn("exec: no cgroup for sandboxed commands; processes and memory are capped by rlimits only", "why", note)
 		}
 	}
-	return shellexec.Register(w, nc, &shellexec.Config{
+	scfg := &shellexec.Config{
 		Policy: pol, Approvers: approvers, Subjects: g.subjects(), Replicas: f.replicas, Logger: g.log, Runner: rc,
 		Tenants: f.tenants, ApproversForTenants: ef.approversForTenants,
-	})
+	}
+	if f.obs != nil {
+		scfg.Observer = f.obs.Exec()
+	}
+	return shellexec.Register(w, nc, scfg)
 }
 
 // ensureSeed returns the public key of the user nkey seed in path, creating

@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/embedded"
+	"github.com/toolq/toolq/metrics"
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/sandbox"
 	"github.com/toolq/toolq/scheduler"
@@ -51,7 +52,11 @@ type workerFlags struct {
 	providersConfig string
 	// demo is dev's demo provider (--demo-provider), the only provider
 	// of code_execution when set.
-	demo *demo.Server
+	demo    *demo.Server
+	metrics metricsFlags
+	// obs is the command's metrics (nil without --metrics-listen), set
+	// before the node is made.
+	obs *metrics.Metrics
 }
 
 func (f *workerFlags) register(cmd *cobra.Command) {
@@ -75,6 +80,7 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.maxQueueTime, "max-queue-time", 0, "how long a job of a tool no worker serves waits before it is dead-lettered with a failed event (default 15m; negative: never)")
 	addMCPFlag(cmd, &f.mcpConfig)
 	f.exec.register(cmd)
+	f.metrics.register(cmd)
 }
 
 // node is a worker with every tool this binary has, code mode included.
@@ -97,11 +103,15 @@ func newWorker(g *globals, nc *nats.Conn, f *workerFlags) (*worker.Worker, error
 }
 
 func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*node, error) {
-	w, err := worker.New(nc, &worker.Config{
+	wcfg := &worker.Config{
 		Name: f.name, Subjects: g.subjects(), Replicas: f.replicas, StopTimeout: f.stopTimeout,
 		Logger: g.log, Tool: worker.ToolConfig{Concurrency: f.concurrency, AckWait: f.ackWait},
 		Builtins: f.builtins, Tenants: f.tenants, TenantQueueLimit: f.tenantQueue, MaxQueueTime: f.maxQueueTime,
-	})
+	}
+	if f.obs != nil {
+		wcfg.Observer = f.obs.Worker()
+	}
+	w, err := worker.New(nc, wcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -111,6 +121,13 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 	}
 	if f.demo != nil {
 		useDemoProvider(cfg, f.demo)
+	}
+	if f.obs != nil {
+		logged, m := cfg.OnBreakerChange, f.obs
+		cfg.OnBreakerChange = func(c codeexec.BreakerChange) {
+			m.BreakerChanged(c.Provider, c.Model, string(c.To))
+			logged(c)
+		}
 	}
 	if _, err := codeexec.Register(w, cfg); err != nil {
 		return nil, err
@@ -153,10 +170,14 @@ func (n *node) registerCodeMode(ctx context.Context, g *globals, nc *nats.Conn, 
 	}); err != nil {
 		return fmt.Errorf("code mode: %w", err)
 	}
-	n.cm, err = codemode.Register(n.w, nc, &codemode.Config{
+	ccfg := &codemode.Config{
 		Engine: n.engine, Subjects: g.subjects(), Replicas: f.replicas, Logger: g.log, LeaseTTL: f.leaseTTL,
 		ShellExec: f.codeModeExec, MaxSuspendedPerTenant: f.tenantSuspended,
-	})
+	}
+	if f.obs != nil {
+		ccfg.Observer = f.obs.CodeMode()
+	}
+	n.cm, err = codemode.Register(n.w, nc, ccfg)
 	return err
 }
 
@@ -262,6 +283,12 @@ func newWorkerCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer nc.Close()
+			ms, err := f.metrics.start(g)
+			if err != nil {
+				return err
+			}
+			defer ms.stop()
+			f.obs = ms.metrics()
 			n, err := newNode(cmd.Context(), g, nc, f)
 			if err != nil {
 				return err
@@ -318,6 +345,12 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 				defer stop()
 			}
 			f.builtins = true // the self-check runs noop
+			ms, err := f.metrics.start(g)
+			if err != nil {
+				return err
+			}
+			defer ms.stop()
+			f.obs = ms.metrics()
 			n, err := newNode(ctx, g, nc, f)
 			if err != nil {
 				return err
@@ -327,7 +360,11 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 			}
 			// The NATS-native scheduler: delayed and periodic jobs with no
 			// other service.
-			sched, err := scheduler.NewNATS(nc, &scheduler.NATSConfig{Subjects: g.subjects(), Logger: g.log})
+			scfg := &scheduler.NATSConfig{Subjects: g.subjects(), Logger: g.log}
+			if ms != nil {
+				scfg.Observer = ms.m.Scheduler()
+			}
+			sched, err := scheduler.NewNATS(nc, scfg)
 			if err != nil {
 				_ = n.stop(context.Background())
 				return err
@@ -345,13 +382,22 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 			abs, _ := filepath.Abs(dataDir)
 			if g.jsonOut {
 				// stderr carries JSON only: the banner is one log record.
-				g.log.Info("toolq dev ready", slog.String("nats", srv.URL()), slog.String("data", abs),
-					slog.String("worker", w.Name()), slog.Any("tools", w.Tools()), slog.String("approver_seed", f.exec.approverSeed))
+				attrs := []any{
+					slog.String("nats", srv.URL()), slog.String("data", abs),
+					slog.String("worker", w.Name()), slog.Any("tools", w.Tools()), slog.String("approver_seed", f.exec.approverSeed),
+				}
+				if ms != nil {
+					attrs = append(attrs, slog.String("metrics", ms.srv.URL()))
+				}
+				g.log.Info("toolq dev ready", attrs...)
 			} else {
 				fmt.Fprintf(g.stderr, "toolq dev: NATS with JetStream at %s (data in %s)\n", srv.URL(), abs)
 				fmt.Fprintf(g.stderr, "toolq dev: worker %s runs %v\n", w.Name(), w.Tools())
 				fmt.Fprintf(g.stderr, "toolq dev: connect with  export TOOLQ_NATS=%s\n", srv.URL())
 				fmt.Fprintf(g.stderr, "toolq dev: then try      toolq submit --tool noop --input '{\"hello\":\"toolq\"}' --wait\n")
+				if ms != nil {
+					fmt.Fprintf(g.stderr, "toolq dev: metrics at    %s\n", ms.srv.URL())
+				}
 				printExecHelp(g, f)
 				printDemoHelp(g, f)
 			}

@@ -26,6 +26,7 @@ func newSchedulerCmd(g *globals) *cobra.Command {
 		engine, redisURL string
 		replicas         int
 		stopTimeout      time.Duration
+		mf               metricsFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "scheduler",
@@ -49,10 +50,19 @@ once: each firing is enqueued once.
 				return err
 			}
 			defer nc.Close()
+			ms, err := mf.start(g)
+			if err != nil {
+				return err
+			}
+			defer ms.stop()
+			var obs scheduler.Observer
+			if ms != nil {
+				obs = ms.m.Scheduler()
+			}
 			var e scheduler.Scheduler
 			switch engine {
 			case engineNATS:
-				e, err = scheduler.NewNATS(nc, &scheduler.NATSConfig{Subjects: g.subjects(), Replicas: replicas, Timeout: g.timeout, Logger: g.log})
+				e, err = scheduler.NewNATS(nc, &scheduler.NATSConfig{Subjects: g.subjects(), Replicas: replicas, Timeout: g.timeout, Logger: g.log, Observer: obs})
 			case engineAsynq:
 				opt, perr := asynq.ParseRedisURI(redisURL)
 				if perr != nil {
@@ -60,7 +70,7 @@ once: each firing is enqueued once.
 				}
 				e, err = scheduler.NewAsynq(nc, &scheduler.AsynqConfig{
 					Redis: opt, Subjects: g.subjects(), Replicas: replicas, Timeout: g.timeout,
-					StopTimeout: stopTimeout, Logger: g.log,
+					StopTimeout: stopTimeout, Logger: g.log, Observer: obs,
 				})
 			default:
 				return contracts.Errorf(contracts.CodeInvalidInput, "--engine %q: want nats or asynq", engine)
@@ -80,6 +90,7 @@ once: each firing is enqueued once.
 			return e.Stop(sctx)
 		},
 	}
+	mf.register(cmd)
 	f := cmd.Flags()
 	f.StringVar(&engine, "engine", envOr("TOOLQ_SCHEDULER_ENGINE", engineNATS), "engine: nats or asynq (env TOOLQ_SCHEDULER_ENGINE)")
 	f.StringVar(&redisURL, "redis", envOr("TOOLQ_REDIS", "redis://127.0.0.1:6379/0"), "Redis URL of the asynq engine (env TOOLQ_REDIS)")

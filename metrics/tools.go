@@ -1,0 +1,81 @@
+package metrics
+
+import "time"
+
+// CodeMode is code mode's observer (codemode.Config.Observer).
+func (m *Metrics) CodeMode() *CodeMode { return &CodeMode{m} }
+
+// CodeMode counts code mode's suspends and resumes and sizes its
+// snapshots.
+type CodeMode struct{ m *Metrics }
+
+// Suspended counts a suspend and its snapshot's size.
+func (c *CodeMode) Suspended(snapshotBytes int) {
+	c.m.suspends.Inc()
+	c.m.snapshotBytes.Observe(float64(snapshotBytes))
+}
+
+// Resumed counts a resume, by how the VM came back.
+func (c *CodeMode) Resumed(replayed bool) {
+	if replayed {
+		c.m.resumes.WithLabelValues("replayed").Inc()
+		return
+	}
+	c.m.resumes.WithLabelValues("restored").Inc()
+}
+
+// Exec is exec's observer (shellexec.Config.Observer).
+func (m *Metrics) Exec() *Exec { return &Exec{m} }
+
+// Exec counts approvals asked for and decided, by tenant.
+type Exec struct{ m *Metrics }
+
+// ApprovalRequested counts an approval asked for.
+func (e *Exec) ApprovalRequested(tenant string) {
+	e.m.approvals.WithLabelValues(e.m.tenant(tenant)).Inc()
+}
+
+// ApprovalDecided counts a decision; a verdict other than approved,
+// denied or expired counts as "other".
+func (e *Exec) ApprovalDecided(tenant, verdict string) {
+	switch verdict {
+	case "approved", "denied", "expired":
+	default:
+		verdict = "other"
+	}
+	e.m.decisions.WithLabelValues(e.m.tenant(tenant), verdict).Inc()
+}
+
+// BreakerChanged sets a provider's breaker gauge for a model to its new
+// state ("closed", "half-open", "open"; codeexec.BreakerChange). The
+// models of a provider are bounded by codeexec itself (past 64 they share
+// the breaker "*").
+func (m *Metrics) BreakerChanged(provider, model, to string) {
+	v := 0.0
+	switch to {
+	case "half-open":
+		v = 1
+	case "open":
+		v = 2
+	}
+	m.breaker.WithLabelValues(provider, model).Set(v)
+}
+
+// Scheduler is the scheduler's observer (scheduler.NATSConfig.Observer,
+// scheduler.AsynqConfig.Observer).
+func (m *Metrics) Scheduler() *Scheduler { return &Scheduler{m} }
+
+// Scheduler counts firings, their lateness, catch-ups and failures.
+type Scheduler struct{ m *Metrics }
+
+// Fired counts a firing enqueued late after its fire time.
+func (s *Scheduler) Fired(late time.Duration) {
+	s.m.firings.Inc()
+	s.m.lateness.Observe(late.Seconds())
+}
+
+// CaughtUp counts a missed firing made up.
+func (s *Scheduler) CaughtUp() { s.m.catchUps.Inc() }
+
+// FireFailed counts a firing not enqueued this time.
+func (s *Scheduler) FireFailed() { s.m.firingErr.Inc() }
