@@ -312,7 +312,7 @@ func TestChartDefaults(t *testing.T) {
 		nats, ok := env(c, "TOOLQ_NATS")
 		require.True(t, ok)
 		require.Equal(t, "nats://nats-0.bus.svc:4222,nats://nats-1.bus.svc:4222", nats.Value, "%s: the external URL", name)
-		require.Contains(t, c.Args, "--metrics-listen=:9090", name)
+		require.Contains(t, c.Args, "--metrics-listen=0.0.0.0:9090", name)
 		require.Contains(t, c.Args, "--replicas=3", name)
 		require.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path)
 		require.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
@@ -535,7 +535,7 @@ func TestChartCombinations(t *testing.T) {
 				require.Equal(t, int64(135), *d.Spec.Template.Spec.TerminationGracePeriodSeconds)
 				c := d.Spec.Template.Spec.Containers[0]
 				require.Contains(t, c.Args, "--stop-timeout=120s")
-				require.Contains(t, c.Args, "--metrics-listen=:8080")
+				require.Contains(t, c.Args, "--metrics-listen=0.0.0.0:8080")
 				require.Equal(t, "/ready", c.ReadinessProbe.HTTPGet.Path)
 				subj := contracts.Subjects{Prefix: "acme"}
 				require.Contains(t, consumers(scaledObject(t, m, general)), subj.JobsStream()+"/"+subj.ConsumerName(contracts.ToolCodeModeWait))

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,10 +63,37 @@ type Server struct {
 	log  *slog.Logger
 	wg   sync.WaitGroup
 	once sync.Once
+	// ready is the readiness check of /readyz; nil until SetReady, and
+	// then it answers 503 "starting".
+	ready atomic.Pointer[func() error]
 }
 
-// Listen binds addr (see ListenAddr) and serves g's metrics on /metrics
-// until Stop.
+// errStarting is /readyz's answer before the command set its check.
+var errStarting = errors.New("starting")
+
+// SetReady sets the check /readyz answers with: 200 while it returns nil,
+// else 503 and its error. A command sets it once its parts have started
+// (connected, streams ensured, the engine loaded) and sets a failing one
+// when it begins to stop, so a load balancer or Kubernetes stops sending
+// work before the drain.
+func (s *Server) SetReady(check func() error) { s.ready.Store(&check) }
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	err := errStarting
+	if check := s.ready.Load(); check != nil && *check != nil {
+		err = (*check)()
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = fmt.Fprintf(w, "not ready: %v\n", err)
+		return
+	}
+	_, _ = fmt.Fprintln(w, "ready")
+}
+
+// Listen binds addr (see ListenAddr) and serves g's metrics on /metrics,
+// liveness on /healthz and readiness on /readyz (SetReady), until Stop.
 func Listen(addr string, g prometheus.Gatherer, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
@@ -84,6 +112,12 @@ func Listen(addr string, g prometheus.Gatherer, log *slog.Logger) (*Server, erro
 		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
 		ln:  ln, log: log,
 	}
+	// Liveness: the process serves. Readiness: SetReady's check.
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", s.readyz)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

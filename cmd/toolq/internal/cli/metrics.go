@@ -2,9 +2,12 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
@@ -22,7 +25,7 @@ type metricsFlags struct {
 
 func (f *metricsFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.listen, "metrics-listen", "",
-		"serve Prometheus metrics on HOST:PORT/metrics (a bare PORT or :PORT binds 127.0.0.1; off when empty)")
+		"serve Prometheus metrics on HOST:PORT/metrics, and /healthz and /readyz (a bare PORT or :PORT binds 127.0.0.1; off when empty)")
 	cmd.Flags().IntVar(&f.maxTenants, "metrics-max-tenants", 100,
 		"named tenants with a tenant label of their own; later ones share the label \"(other)\"")
 }
@@ -68,6 +71,28 @@ func (s *metricsSurface) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = s.srv.Stop(ctx)
+}
+
+// ready marks the command ready on /readyz while nc is connected; notReady
+// marks it stopping (SIGTERM: the drain begins).
+func (s *metricsSurface) ready(nc *nats.Conn) {
+	if s == nil {
+		return
+	}
+	s.srv.SetReady(func() error {
+		if st := nc.Status(); st != nats.CONNECTED {
+			return fmt.Errorf("nats connection %s", st)
+		}
+		return nil
+	})
+}
+
+func (s *metricsSurface) notReady(why string) {
+	if s == nil {
+		return
+	}
+	err := errors.New(why)
+	s.srv.SetReady(func() error { return err })
 }
 
 func (s *metricsSurface) metrics() *metrics.Metrics {

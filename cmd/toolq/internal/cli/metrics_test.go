@@ -59,6 +59,8 @@ func TestWorkerServesMetricsAndLogsJSON(t *testing.T) {
 	require.Contains(t, page, `toolq_jobs_total{outcome="failed",tenant="",tool="sleep"} 1`)
 	require.Contains(t, page, "go_goroutines")
 	require.NotContains(t, page, "bad-sleep")
+	require.Equal(t, "ready\n", scrapeText(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", port)), "ready once started and connected")
+	require.Equal(t, "ok\n", scrapeText(t, fmt.Sprintf("http://127.0.0.1:%d/healthz", port)))
 
 	cancel()
 	stopped = true

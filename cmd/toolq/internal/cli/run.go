@@ -258,12 +258,20 @@ func devSnapshotKey(dataDir string) (string, error) {
 	return path, os.WriteFile(path, []byte(hex.EncodeToString(k)+"\n"), 0o600)
 }
 
-// serve starts n and runs it until ctx ends, then stops it gracefully.
-func serve(ctx context.Context, g *globals, n *node, f *workerFlags) error {
+// serve starts n and runs it until ctx ends, then stops it gracefully;
+// readiness (nil for none) hears true once n has started (streams ensured,
+// consumers pulling, the engine loaded) and false when the stop begins.
+func serve(ctx context.Context, g *globals, n *node, f *workerFlags, readiness func(started bool)) error {
 	if err := n.start(ctx); err != nil {
 		return n.close(context.WithoutCancel(ctx), err)
 	}
+	if readiness != nil {
+		readiness(true)
+	}
 	<-ctx.Done()
+	if readiness != nil {
+		readiness(false)
+	}
 	g.log.Info("stopping worker")
 	// ctx has ended: the graceful stop gets its own deadline.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.stopTimeout+5*time.Second)
@@ -294,7 +302,13 @@ func newWorkerCmd(g *globals) *cobra.Command {
 				return err
 			}
 			g.log.Info("worker connected", slog.String("nats", redactURL(g.natsURL)), slog.String("name", n.w.Name()), slog.Any("tools", n.w.Tools()))
-			return serve(cmd.Context(), g, n, f)
+			return serve(cmd.Context(), g, n, f, func(started bool) {
+				if started {
+					ms.ready(nc)
+				} else {
+					ms.notReady("stopping")
+				}
+			})
 		},
 	}
 	f.register(cmd)
@@ -378,6 +392,7 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 				defer cancel()
 				_ = sched.Stop(sctx)
 			}()
+			ms.ready(nc)
 			w := n.w
 			abs, _ := filepath.Abs(dataDir)
 			if g.jsonOut {

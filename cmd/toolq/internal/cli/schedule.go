@@ -83,7 +83,9 @@ once: each firing is enqueued once.
 				return err
 			}
 			g.log.Info("scheduler running", slog.String("engine", engine), slog.String("nats", redactURL(g.natsURL)))
+			ms.ready(nc)
 			<-ctx.Done()
+			ms.notReady("stopping")
 			g.log.Info("stopping scheduler")
 			sctx, cancel := context.WithTimeout(context.Background(), stopTimeout+5*time.Second)
 			defer cancel()

@@ -200,6 +200,6 @@ ports:
 
 {{- define "toolq.healthArgs" -}}
 {{- if .Values.health.enabled }}
-- {{ printf "%s=:%v" .Values.health.listenFlag .Values.health.port | quote }}
+- {{ printf "%s=0.0.0.0:%v" .Values.health.listenFlag .Values.health.port | quote }}
 {{- end }}
 {{- end }}
