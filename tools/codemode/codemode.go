@@ -139,7 +139,10 @@ func (c *CodeMode) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("codemode: catalog: %w", err)
 	}
-	prod, err := producer.New(c.nc, &producer.Config{Subjects: s, Logger: c.cfg.Logger, Name: "codemode-" + c.w.Name()})
+	// A run's nested calls queue like a tenant's (published without the
+	// served check): a tool whose workers are restarting is waited for, and
+	// one nobody serves ends after the workers' queue-time limit.
+	prod, err := producer.New(c.nc, &producer.Config{Subjects: s, Logger: c.cfg.Logger, Name: "codemode-" + c.w.Name(), SubmitUnserved: true})
 	if err != nil {
 		return err
 	}
