@@ -3,7 +3,6 @@ package tooldefs
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/toolq/toolq/contracts"
@@ -62,9 +61,9 @@ func quickIndex(entries []contracts.CatalogTool, c *Config) string {
 		case e.Tool == contracts.ToolExec && !c.ShellExec:
 			continue
 		}
-		line := "- " + e.ID + "(" + orUnknown(typeHint(e.InputSchema)) + ")"
+		line := "- " + e.ID + "(" + orUnknown(contracts.TypeHint(e.InputSchema)) + ")"
 		if e.Source == contracts.SourceToolq {
-			if h := typeHint(e.OutputSchema); h != "" && h != "unknown" {
+			if h := contracts.TypeHint(e.OutputSchema); h != "" && h != "unknown" {
 				line += " → " + h
 			}
 		}
@@ -102,76 +101,4 @@ func mustObject(schema []byte) json.RawMessage {
 		panic("tooldefs: an embedded schema is not an object schema: " + err.Error())
 	}
 	return s
-}
-
-// typeHint renders a JSON Schema as a compact TypeScript-like hint, such as
-// "{ ms: number }", as the guest's ALL_TOOLS entries show them: "" when
-// there is no schema, "unknown" for anything it does not describe.
-func typeHint(schema json.RawMessage) string {
-	if len(schema) == 0 {
-		return ""
-	}
-	var s map[string]any
-	if json.Unmarshal(schema, &s) != nil {
-		return "unknown"
-	}
-	return hint(s, 0)
-}
-
-func hint(s map[string]any, depth int) string {
-	if depth > 3 {
-		return "unknown"
-	}
-	if e, ok := s["enum"].([]any); ok && len(e) > 0 {
-		parts := make([]string, 0, len(e))
-		for _, v := range e {
-			b, _ := json.Marshal(v)
-			parts = append(parts, string(b))
-		}
-		return strings.Join(parts, " | ")
-	}
-	switch s["type"] {
-	case "string":
-		return "string"
-	case "integer", "number":
-		return "number"
-	case "boolean":
-		return "boolean"
-	case "null":
-		return "null"
-	case "array":
-		if items, ok := s["items"].(map[string]any); ok {
-			return hint(items, depth+1) + "[]"
-		}
-		return "unknown[]"
-	case "object":
-		props, _ := s["properties"].(map[string]any)
-		if len(props) == 0 {
-			return "object"
-		}
-		req := map[string]bool{}
-		if r, ok := s["required"].([]any); ok {
-			for _, v := range r {
-				if n, ok := v.(string); ok {
-					req[n] = true
-				}
-			}
-		}
-		names := make([]string, 0, len(props))
-		for n := range props {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		parts := make([]string, 0, len(names))
-		for _, n := range names {
-			p, _ := props[n].(map[string]any)
-			opt := "?"
-			if req[n] {
-				opt = ""
-			}
-			parts = append(parts, n+opt+": "+hint(p, depth+1))
-		}
-		return "{ " + strings.Join(parts, "; ") + " }"
-	}
-	return "unknown"
 }

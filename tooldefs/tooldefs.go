@@ -201,7 +201,7 @@ func catalogDef(e contracts.CatalogTool, names *namer) (Definition, error) {
 		if o, err := objectSchema(e.OutputSchema); err == nil && isObjectTyped(e.OutputSchema) {
 			out = o
 		}
-		if h := typeHint(e.OutputSchema); h != "" && h != "unknown" {
+		if h := contracts.TypeHint(e.OutputSchema); h != "" && h != "unknown" {
 			desc += "\nReturns " + h + "."
 		}
 	}

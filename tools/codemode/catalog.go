@@ -204,14 +204,14 @@ func toSandbox(t contracts.CatalogTool) sandbox.Tool {
 	if len(params) == 0 {
 		params = json.RawMessage(`{}`)
 	}
-	output := typeHint(t.OutputSchema)
+	output := contracts.TypeHint(t.OutputSchema)
 	if t.Source == contracts.SourceMCP {
 		output = mcpOutputHint(t.OutputSchema)
 	}
 	return sandbox.Tool{
 		CatalogEntry: sandbox.CatalogEntry{
 			ID: t.ID, Name: t.Name, Label: t.Label, Description: t.Description,
-			Source: src, SourceName: owner, Input: typeHint(t.InputSchema), Output: output,
+			Source: src, SourceName: owner, Input: contracts.TypeHint(t.InputSchema), Output: output,
 		},
 		Parameters:   params,
 		OutputSchema: t.OutputSchema,
@@ -225,83 +225,11 @@ func toSandbox(t contracts.CatalogTool) sandbox.Tool {
 func mcpOutputHint(schema json.RawMessage) string {
 	var s struct {
 		Properties struct {
-			StructuredContent map[string]any `json:"structuredContent"`
+			StructuredContent json.RawMessage `json:"structuredContent"`
 		} `json:"properties"`
 	}
-	if len(schema) == 0 || json.Unmarshal(schema, &s) != nil || s.Properties.StructuredContent == nil {
+	if len(schema) == 0 || json.Unmarshal(schema, &s) != nil || len(s.Properties.StructuredContent) == 0 || string(s.Properties.StructuredContent) == "null" {
 		return ""
 	}
-	return "McpToolResult & { structuredContent?: " + hint(s.Properties.StructuredContent, 1) + " }"
-}
-
-// typeHint renders a JSON Schema as a compact TypeScript-like hint, such as
-// "{ ms: number }"; "" when there is no schema, "unknown" for anything it
-// does not describe.
-func typeHint(schema json.RawMessage) string {
-	if len(schema) == 0 {
-		return ""
-	}
-	var s map[string]any
-	if json.Unmarshal(schema, &s) != nil {
-		return "unknown"
-	}
-	return hint(s, 0)
-}
-
-func hint(s map[string]any, depth int) string {
-	if depth > 3 {
-		return "unknown"
-	}
-	if e, ok := s["enum"].([]any); ok && len(e) > 0 {
-		parts := make([]string, 0, len(e))
-		for _, v := range e {
-			b, _ := json.Marshal(v)
-			parts = append(parts, string(b))
-		}
-		return strings.Join(parts, " | ")
-	}
-	switch s["type"] {
-	case "string":
-		return "string"
-	case "integer", "number":
-		return "number"
-	case "boolean":
-		return "boolean"
-	case "null":
-		return "null"
-	case "array":
-		if items, ok := s["items"].(map[string]any); ok {
-			return hint(items, depth+1) + "[]"
-		}
-		return "unknown[]"
-	case "object":
-		props, _ := s["properties"].(map[string]any)
-		if len(props) == 0 {
-			return "object"
-		}
-		req := map[string]bool{}
-		if r, ok := s["required"].([]any); ok {
-			for _, v := range r {
-				if n, ok := v.(string); ok {
-					req[n] = true
-				}
-			}
-		}
-		names := make([]string, 0, len(props))
-		for n := range props {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		parts := make([]string, 0, len(names))
-		for _, n := range names {
-			p, _ := props[n].(map[string]any)
-			opt := "?"
-			if req[n] {
-				opt = ""
-			}
-			parts = append(parts, n+opt+": "+hint(p, depth+1))
-		}
-		return "{ " + strings.Join(parts, "; ") + " }"
-	}
-	return "unknown"
+	return "McpToolResult & { structuredContent?: " + contracts.TypeHint(s.Properties.StructuredContent) + " }"
 }
