@@ -215,8 +215,35 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 			Figure{"e2e_latency_p99", ms(pct(lat, 99)), "ms"},
 		)
 	}
+	// Last, as the worker works the backlog off afterwards: a pipeline's
+	// bulk submit (SubmitBatch, an async publish window), submit side only.
+	cfg.phase("batch submit: %d jobs", cfg.Jobs)
+	rate, err := batchSubmit(ctx, p, cfg.Jobs, payload)
+	if err != nil {
+		return nil, err
+	}
+	figs = append(figs, Figure{"batch_submit_rate", rate, "jobs/s"})
 	cfg.phase("done")
 	return figs, nil
+}
+
+// batchSubmit submits n noop jobs with SubmitBatch and returns the rate
+// at which the bus acknowledged them.
+func batchSubmit(ctx context.Context, p *producer.Producer, n int, payload json.RawMessage) (float64, error) {
+	session := "batch-" + fmt.Sprint(time.Now().UnixNano())
+	jobs := make([]*contracts.Job, n)
+	for i := range jobs {
+		jobs[i] = &contracts.Job{ID: fmt.Sprintf("%s-%d", session, i), Tool: worker.ToolNoop, Session: session, Input: payload}
+	}
+	start := time.Now()
+	res, err := p.SubmitBatch(ctx, jobs, nil)
+	if err != nil {
+		return 0, err
+	}
+	if res.Submitted != n {
+		return 0, fmt.Errorf("bench: batch submit: %d of %d taken (%d duplicates, %d failed)", res.Submitted, n, res.Duplicates, res.Failed)
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
 }
 
 func pad(n int) string {

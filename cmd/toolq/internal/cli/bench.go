@@ -116,6 +116,7 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 				}
 				ratio("throughput_vs_nats_js_pub_async", vals["e2e_throughput"], a["nats_js_pub_async"])
 				ratio("throughput_vs_asynq_process_c50", vals["e2e_throughput"], a["asynq_process_c50"])
+				ratio("batch_submit_vs_nats_js_pub_async", vals["batch_submit_rate"], a["nats_js_pub_async"])
 				ratio("latency_p50_vs_asynq_p50", vals["e2e_latency_p50"], a["asynq_e2e_latency_p50"])
 				ratio("latency_p50_vs_nats_reqreply_p50", vals["e2e_latency_p50"]*1000, a["nats_reqreply_p50"])
 			}

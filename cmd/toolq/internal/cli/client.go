@@ -31,6 +31,7 @@ func (g *globals) producer(session string) (*producer.Producer, func(), error) {
 func newSubmitCmd(g *globals) *cobra.Command {
 	var (
 		tool, input, session, id string
+		from                     string
 		wait, progress           bool
 		timeoutMs                int64
 		attempts                 int
@@ -39,9 +40,24 @@ func newSubmitCmd(g *globals) *cobra.Command {
 		Use:   "submit",
 		Short: "Submit a job; with --wait, print its terminal event",
 		Example: `  toolq submit --tool noop --input '{"a":1}' --wait
-  toolq submit --tool sleep --input @job.json --session agent-7`,
+  toolq submit --tool sleep --input @job.json --session agent-7
+  toolq submit --from jobs.jsonl --tool code_execution   # one job a line: {"input":…} (and id, tool, session, meta)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if from != "" {
+				if input != "" || id != "" || wait {
+					return contracts.Errorf(contracts.CodeInvalidInput, "--from takes its jobs from the file: not with --input, --id or --wait")
+				}
+				p, closeFn, err := g.producer(session)
+				if err != nil {
+					return err
+				}
+				defer closeFn()
+				return submitFrom(cmd.Context(), g, p, from, batchLine{Tool: tool, Session: session})
+			}
+			if tool == "" {
+				return contracts.Errorf(contracts.CodeInvalidInput, "required flag(s) \"tool\" not set")
+			}
 			in, err := readInput(input, cmd.InOrStdin())
 			if err != nil {
 				return err
@@ -78,7 +94,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&tool, "tool", "", "tool to run (required)")
+	f.StringVar(&tool, "tool", "", "tool to run (required, but for --from lines that name theirs)")
 	f.StringVar(&input, "input", "", "input JSON, @file or @- for stdin")
 	f.StringVar(&session, "session", producer.DefaultSession, "session of the job")
 	f.StringVar(&id, "id", "", "job id (default random); resubmitting an id enqueues once")
@@ -86,7 +102,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 	f.BoolVar(&progress, "progress", false, "ask for intermediate events")
 	f.Int64Var(&timeoutMs, "job-timeout-ms", 0, "timeout of one attempt (default: the tool's)")
 	f.IntVar(&attempts, "max-attempts", 0, "most attempts (default: the tool's)")
-	_ = cmd.MarkFlagRequired("tool")
+	f.StringVar(&from, "from", "", "submit every job of a JSON Lines file (progress on stderr; a rerun goes on where it stopped and submits nothing twice)")
 	return cmd
 }
 

@@ -1,8 +1,13 @@
 package cli
 
 import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -72,4 +77,59 @@ func TestCancelUnknownJob(t *testing.T) {
 	code, out, errOut = run(t, "--nats", url, "events", "--session", "other")
 	require.Equal(t, 0, code, errOut)
 	require.Empty(t, strings.TrimSpace(out))
+}
+
+// submit --from submits a JSON Lines file with progress and a summary;
+// every job runs; a rerun of the finished file submits nothing (its
+// progress file says all were acknowledged), and one whose progress file
+// was lost submits nothing twice either (the derived ids are the same).
+func TestSubmitFromFile(t *testing.T) {
+	t.Parallel()
+	url := startBus(t)
+	path := filepath.Join(t.TempDir(), "jobs.jsonl")
+	var b strings.Builder
+	for i := range 50 {
+		fmt.Fprintf(&b, "{\"input\":{\"n\":%d}}\n", i)
+	}
+	b.WriteString("\n{\"tool\":\"sleep\",\"input\":{\"ms\":1},\"id\":\"named\"}\n")
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o600))
+
+	code, out, errOut := run(t, "--nats", url, "--json", "submit", "--from", path, "--tool", "noop", "--session", "batch")
+	require.Equal(t, 0, code, errOut)
+	var sum map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &sum), out)
+	require.InDelta(t, 51, sum["jobs"], 0)
+	require.InDelta(t, 51, sum["submitted"], 0)
+	require.Contains(t, errOut, "51/51 (100%)", "progress on stderr")
+
+	// Every job ends: 50 noop and the named sleep.
+	code, out, errOut = run(t, "--nats", url, "submit", "--tool", "noop", "--session", "batch", "--id", "after", "--wait")
+	require.Equal(t, 0, code, errOut)
+	require.Eventually(t, func() bool {
+		_, out, _ = run(t, "--nats", url, "--json", "events", "--session", "batch")
+		return strings.Count(out, `"status":"completed"`) == 52
+	}, 20*time.Second, 100*time.Millisecond, out)
+	require.Contains(t, out, `"job_id":"named"`)
+
+	code, out, errOut = run(t, "--nats", url, "--json", "submit", "--from", path, "--tool", "noop", "--session", "batch")
+	require.Equal(t, 0, code, errOut)
+	require.NoError(t, json.Unmarshal([]byte(out), &sum))
+	require.InDelta(t, 51, sum["skipped"], 0, "the progress file says every line was acknowledged")
+	require.InDelta(t, 0, sum["submitted"], 0)
+
+	require.NoError(t, os.Remove(path+".progress"))
+	code, out, errOut = run(t, "--nats", url, "--json", "submit", "--from", path, "--tool", "noop", "--session", "batch")
+	require.Equal(t, 0, code, errOut)
+	require.NoError(t, json.Unmarshal([]byte(out), &sum))
+	require.InDelta(t, 0, sum["submitted"], 0)
+	require.InDelta(t, 51, sum["duplicates"], 0, "the same lines give the same ids")
+
+	// A line that is not a job fails the file before anything is sent.
+	bad := filepath.Join(t.TempDir(), "bad.jsonl")
+	require.NoError(t, os.WriteFile(bad, []byte("{\"input\":1}\n{\"tool\":\"noop\",\"inptu\":2}\n"), 0o600))
+	code, _, errOut = run(t, "--nats", url, "submit", "--from", bad, "--tool", "noop", "--session", "bad")
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "line 2 is not a job")
+	code, _, errOut = run(t, "--nats", url, "submit", "--input", "{}")
+	require.Equal(t, 2, code, "--tool is still required without --from: %s", errOut)
 }
