@@ -79,24 +79,25 @@ type ServerProcess struct {
 	StoreDir string
 	cmd      *exec.Cmd
 	done     chan struct{}
-	log      *lockedBuffer
+	log      *LockedBuffer
 	extra    []string
 }
 
-// lockedBuffer is a bytes.Buffer safe to write from the process's output
-// copier while a test reads it.
-type lockedBuffer struct {
+// LockedBuffer is a bytes.Buffer safe to write from one goroutine (a
+// process's output copier, a command running in the background) while a
+// test reads it.
+type LockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+func (l *LockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+func (l *LockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
@@ -126,7 +127,7 @@ func StartServerProcessOn(tb testing.TB, port int, storeDir string, extra ...str
 	tb.Helper()
 	bin := NATSServerBinary(tb)
 	args := append([]string{"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", storeDir}, extra...)
-	p := &ServerProcess{Port: port, StoreDir: storeDir, done: make(chan struct{}), log: &lockedBuffer{}, extra: extra}
+	p := &ServerProcess{Port: port, StoreDir: storeDir, done: make(chan struct{}), log: &LockedBuffer{}, extra: extra}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

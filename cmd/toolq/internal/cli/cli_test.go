@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -349,24 +348,6 @@ func TestPrintJSONDoesNotEscapeHTML(t *testing.T) {
 	require.Contains(t, out.String(), `"a <b> & c"`)
 }
 
-// syncBuffer is a bytes.Buffer safe to read while a command writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestExecWaitTellsApprovalPending: a code-mode run whose exec call needs a
 // person says so on stderr while it waits, with the approval id and the
 // commands that decide it; deciding it ends the run.
@@ -392,7 +373,7 @@ func TestExecWaitTellsApprovalPending(t *testing.T) {
 	plan := filepath.Join(dir, "plan.js")
 	require.NoError(t, os.WriteFile(plan, []byte(`return await tools.callValue("toolq:core:exec", {command: "uname -s"});`), 0o600))
 
-	var out, errb syncBuffer
+	var out, errb testutil.LockedBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- mainIO([]string{"--nats", url, "exec", "--code", plan, "--tools", "toolq:core:exec", "--session", "cm", "--auto-resume", "--wait"}, strings.NewReader(""), &out, &errb)

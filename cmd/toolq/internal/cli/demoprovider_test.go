@@ -1,49 +1,29 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/tools/codeexec/demo"
 )
 
-// lockedBuffer is a bytes.Buffer written by a command running in another
-// goroutine and read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startDev runs `toolq dev ARGS` until the test ends and returns the URL
 // of its bus, read from its banner, once its self-check is done.
-func startDev(t *testing.T, args ...string) (url string, stderr *lockedBuffer) {
+func startDev(t *testing.T, args ...string) (url string, stderr *testutil.LockedBuffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	stderr = &lockedBuffer{}
-	root, _ := newRoot(&lockedBuffer{}, stderr)
+	stderr = &testutil.LockedBuffer{}
+	root, _ := newRoot(&testutil.LockedBuffer{}, stderr)
 	root.SetIn(strings.NewReader(""))
 	root.SetArgs(append([]string{"dev", "--listen", "127.0.0.1:-1", "--data", t.TempDir(), "--log-level", "warn"}, args...))
 	done := make(chan error, 1)

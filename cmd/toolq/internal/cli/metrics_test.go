@@ -27,7 +27,7 @@ func TestWorkerServesMetricsAndLogsJSON(t *testing.T) {
 	url := srv.ClientURL()
 	port := testutil.FreePort(t)
 	var out bytes.Buffer
-	errb := &syncBuffer{}
+	errb := &testutil.LockedBuffer{}
 	root, _ := newRoot(&out, errb)
 	root.SetArgs([]string{
 		"--nats", url, "--log-format", "json", "worker", "--builtins", "--no-code-mode",
