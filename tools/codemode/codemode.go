@@ -134,7 +134,13 @@ func (c *CodeMode) start(ctx context.Context) error {
 			return fmt.Errorf("codemode: snapshot store: %w", err)
 		}
 	}
-	c.store = &store{js: c.js, kv: runs, obj: obj, subj: contracts.KVSubject(s.RunsBucket(), ""), limit: c.cfg.InlineSnapshotBytes}
+	// Looked up once: the suspended-runs cap asks this stream on every
+	// suspension, and a lookup is a round trip of its own.
+	runsStream, err := c.js.Stream(ctx, contracts.KVStream(s.RunsBucket()))
+	if err != nil {
+		return fmt.Errorf("codemode: runs stream: %w", err)
+	}
+	c.store = &store{js: c.js, kv: runs, runs: runsStream, obj: obj, subj: contracts.KVSubject(s.RunsBucket(), ""), limit: c.cfg.InlineSnapshotBytes}
 	catKV, err := c.js.KeyValue(ctx, s.CatalogBucket())
 	if err != nil {
 		return fmt.Errorf("codemode: catalog: %w", err)

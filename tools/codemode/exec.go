@@ -313,11 +313,7 @@ func (c *CodeMode) checkSuspendedCap(ctx context.Context, tenant, session string
 // match filter are at limit already.
 func (c *CodeMode) checkRunsUnder(ctx context.Context, filter string, limit int, per string) error {
 	runs := c.cfg.Subjects.RunsBucket()
-	st, err := c.js.Stream(ctx, contracts.KVStream(runs))
-	if err != nil {
-		return err
-	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(contracts.KVSubject(runs, filter)))
+	info, err := c.store.runs.Info(ctx, jetstream.WithSubjectFilter(contracts.KVSubject(runs, filter)))
 	if err != nil {
 		return err
 	}

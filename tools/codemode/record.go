@@ -199,6 +199,7 @@ func bindSession(tenant, session string) string { return contracts.TenantKey(ten
 type store struct {
 	js    jetstream.JetStream
 	kv    jetstream.KeyValue
+	runs  jetstream.Stream // the bucket's stream, for the suspended-runs count
 	obj   jetstream.ObjectStore
 	subj  string // $KV.<bucket>.
 	limit int    // inline snapshot bytes
