@@ -33,6 +33,7 @@ type CodeMode struct {
 
 	store   *store
 	catalog *catalog
+	counts  runCounts // recent counts of suspended runs, for the caps
 
 	life   *lifecycle.Service
 	cancel context.CancelFunc // ends the loops

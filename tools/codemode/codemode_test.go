@@ -52,6 +52,7 @@ func sharedEngine(t *testing.T) *sandbox.Engine {
 type bundle struct {
 	srv  *testutil.Server
 	prod *producer.Producer
+	url  string // the server process's, for benchmarks
 }
 
 func setup(t *testing.T) *bundle {
@@ -83,7 +84,7 @@ func setupB(b *testing.B) *bundle {
 		b.Fatal(err)
 	}
 	b.Cleanup(prod.Close)
-	bb := &bundle{prod: prod}
+	bb := &bundle{prod: prod, url: proc.URL()}
 	nc := connect()
 	w, err := worker.New(nc, &worker.Config{Name: "bench", Logger: quiet, StopTimeout: time.Second, Builtins: true})
 	if err != nil {

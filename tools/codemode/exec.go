@@ -9,8 +9,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/sandbox"
 	"github.com/toolq/toolq/worker"
@@ -96,21 +94,13 @@ func (c *CodeMode) handleExec(ctx context.Context, job *contracts.Job) (json.Raw
 	runID := job.ID
 	// A redelivery of an exec that already suspended: finish what the
 	// crashed attempt left (nested jobs not yet submitted) and answer again.
-	if rec, rev, err := c.store.load(ctx, job.Tenant, job.Session, runID); err == nil {
-		if !rec.ended() {
-			if _, err := c.submitPending(ctx, rec, rev); err != nil {
-				return nil, err
-			}
-			if err := c.triggerYield(ctx, rec); err != nil {
-				return nil, err
-			}
+	// A first delivery does not look: its run is new unless the same job
+	// was submitted again past the duplicate window, and then the record's
+	// first write (which expects no record) finds it.
+	if worker.Attempt(ctx) != 1 {
+		if ans, found, err := c.existingRun(ctx, job); found {
+			return ans, err
 		}
-		if rec.Final != nil {
-			return finalAnswer(rec.Final)
-		}
-		return c.waitingAnswer(rec, nil)
-	} else if !errors.Is(err, errNoRun) {
-		return nil, err
 	}
 
 	rc := c.catalog.forRun(job.Tenant, c.cfg.Allow, c.cfg.Deny, in.Tools, c.cfg.ShellExec)
@@ -145,12 +135,25 @@ func (c *CodeMode) handleExec(ctx context.Context, job *contracts.Job) (json.Raw
 			rec.Code = in.Command
 		}
 	}
+	if len(out.Snapshot) > c.cfg.InlineSnapshotBytes && worker.Attempt(ctx) == 1 {
+		// The snapshot goes to the object store under the run's name: look
+		// for a run of this id first, whose snapshot it would replace.
+		if ans, found, err := c.existingRun(ctx, job); found {
+			return ans, err
+		}
+	}
 	if err := c.store.putSnapshot(ctx, rec, out.Snapshot); err != nil {
 		return nil, err
 	}
 	// Snapshot, then record, then nested jobs, then the waiting event (the
 	// worker writes it when this handler parks the job).
 	rev, err := c.store.save(ctx, rec, 0, ttl)
+	if errors.Is(err, errStale) {
+		// A record of this run exists: the job was delivered before.
+		if ans, found, err := c.existingRun(ctx, job); found {
+			return ans, err
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -165,6 +168,33 @@ func (c *CodeMode) handleExec(ctx context.Context, job *contracts.Job) (json.Raw
 	}
 	c.log.Debug("code mode run suspended", slog.String("run", runID), slog.Int("pending", len(rec.Pending)), slog.Int("snapshot_bytes", rec.SnapshotBytes))
 	return c.waitingAnswer(rec, res)
+}
+
+// existingRun answers an exec job whose run already has a record: it
+// submits what a crashed attempt left unsubmitted and answers as that run
+// stands. found is false when there is no record.
+func (c *CodeMode) existingRun(ctx context.Context, job *contracts.Job) (ans json.RawMessage, found bool, err error) {
+	rec, rev, err := c.store.load(ctx, job.Tenant, job.Session, job.ID)
+	if errors.Is(err, errNoRun) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, true, err
+	}
+	if !rec.ended() {
+		if _, err := c.submitPending(ctx, rec, rev); err != nil {
+			return nil, true, err
+		}
+		if err := c.triggerYield(ctx, rec); err != nil {
+			return nil, true, err
+		}
+	}
+	if rec.Final != nil {
+		ans, err = finalAnswer(rec.Final)
+		return ans, true, err
+	}
+	ans, err = c.waitingAnswer(rec, nil)
+	return ans, true, err
 }
 
 func finalAnswer(res *sandbox.Result) (json.RawMessage, error) {
@@ -293,46 +323,4 @@ func (c *CodeMode) submitPending(ctx context.Context, rec *record, rev uint64) (
 // remaining is the TTL left to a run's record (at least a second).
 func (c *CodeMode) remaining(rec *record) time.Duration {
 	return max(time.Until(rec.ExpiresAt), time.Second)
-}
-
-// checkSuspendedCap refuses a suspension when the session (of the tenant)
-// has too many runs.
-func (c *CodeMode) checkSuspendedCap(ctx context.Context, tenant, session string) error {
-	if err := c.checkRunsUnder(ctx, runKey(tenant, session, "*"), c.cfg.MaxSuspendedPerSession, "per session"); err != nil {
-		return err
-	}
-	if tenant == "" {
-		return nil
-	}
-	// Over all the tenant's sessions: a tenant that opens many sessions is
-	// bounded too, by its own cap, not by the runs bucket everyone shares.
-	return c.checkRunsUnder(ctx, contracts.TenantKey(tenant, "*.*"), c.cfg.MaxSuspendedPerTenant, "per tenant")
-}
-
-// checkRunsUnder refuses a suspension when the live run records whose keys
-// match filter are at limit already.
-func (c *CodeMode) checkRunsUnder(ctx context.Context, filter string, limit int, per string) error {
-	runs := c.cfg.Subjects.RunsBucket()
-	info, err := c.store.runs.Info(ctx, jetstream.WithSubjectFilter(contracts.KVSubject(runs, filter)))
-	if err != nil {
-		return err
-	}
-	if len(info.State.Subjects) < limit {
-		return nil
-	}
-	// The subject count includes the short-lived markers of runs that just
-	// ended: count the live records before refusing.
-	lister, err := c.store.kv.ListKeysFiltered(ctx, filter)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = lister.Stop() }()
-	live := 0
-	for range lister.Keys() {
-		live++
-	}
-	if live >= limit {
-		return worker.Permanent(contracts.Errorf(contracts.CodeInvalidInput, "%s (at most %d %s)", msgTooManyRuns, limit, per))
-	}
-	return nil
 }

@@ -120,7 +120,7 @@ func TestNestedExecWaitsForApproval(t *testing.T) {
 	require.NoError(t, err)
 
 	final := b.await(t, job, false)
-	require.Equal(t, contracts.StatusCompleted, final.Data.Status, string(final.Data.Result))
+	require.Equal(t, contracts.StatusCompleted, final.Data.Status, "%s %+v", final.Data.Result, final.Data.Error)
 	require.JSONEq(t, `"Linux"`, string(result(t, final.Data.Result).Value))
 
 	// restartSafe runs never reach it.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/testutil"
+	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/sandbox"
 	"github.com/toolq/toolq/tools/codemode"
 	"github.com/toolq/toolq/worker"
@@ -250,4 +251,78 @@ func TestSweepResumesStalledRun(t *testing.T) {
 	final := b.await(t, job, false)
 	require.Equal(t, contracts.StatusCompleted, final.Data.Status, string(final.Data.Result))
 	require.JSONEq(t, `9`, string(result(t, final.Data.Result).Value))
+}
+
+// TestExecSubmittedAgainPastDuplicateWindow: an exec job submitted again
+// with the id of a run still waiting, after the stream's duplicate window
+// let it in, is a first delivery that finds the run's record when it writes
+// it: it answers as the run stands (waiting) and touches neither the record
+// nor the snapshot, inline or in the object store, so the run completes
+// once, with its own answer.
+func TestExecSubmittedAgainPastDuplicateWindow(t *testing.T) {
+	t.Parallel()
+	for name, inline := range map[string]int{"inline snapshot": 0, "snapshot object": 1} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := testutil.Context(t, 30*time.Second)
+			js := testutil.JetStream(t, b.srv.Connect(t))
+			b.startWorker(t, "A", &codemode.Config{InlineSnapshotBytes: inline}, nil)
+			st, err := js.Stream(ctx, contracts.Subjects{}.JobsStream())
+			require.NoError(t, err)
+			cfg := st.CachedInfo().Config
+			cfg.Duplicates = 100 * time.Millisecond
+			_, err = js.UpdateStream(ctx, cfg)
+			require.NoError(t, err)
+			require.NoError(t, b.prod.RegisterClientTool(ctx, contracts.CatalogTool{ID: "client:app:ask", Name: "ask", Description: "Ask."}))
+			in := map[string]any{"code": `const n = Date.now(); const a = await tools.callValue("client:app:ask", {n}); return {n, a};`, "autoResume": true}
+			job := b.exec(t, in["code"].(string), map[string]any{"autoResume": true}, &producer.SubmitOpts{ID: "dup-run"})
+			first := b.await(t, job, true)
+			require.Equal(t, contracts.StatusWaiting, first.Data.Status, "%s %+v", first.Data.Result, first.Data.Error)
+			var w contracts.CodeModeResult
+			require.NoError(t, json.Unmarshal(first.Data.Result, &w))
+			require.Len(t, w.PendingToolCalls, 1)
+
+			// Past the window, the same job is taken again.
+			data, err := json.Marshal(in)
+			require.NoError(t, err)
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				_, err := b.prod.Submit(ctx, contracts.ToolCodeModeExec, data, &producer.SubmitOpts{ID: "dup-run", Session: job.Session})
+				if err == nil {
+					break
+				}
+				require.ErrorIs(t, err, producer.ErrDuplicate)
+				require.True(t, time.Now().Before(deadline), "the duplicate window did not pass")
+				time.Sleep(50 * time.Millisecond)
+			}
+			// Its delivery answers waiting again, from the record (that
+			// event has the first one's id: the events stream keeps one), and
+			// the job leaves the queue; nothing failed.
+			cons, err := st.Consumer(ctx, contracts.Subjects{}.ConsumerName(contracts.ToolCodeModeExec))
+			require.NoError(t, err)
+			for {
+				info, err := cons.Info(ctx)
+				require.NoError(t, err)
+				if info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Consumer >= 2 {
+					require.Zero(t, info.NumRedelivered, "answered on its first delivery")
+					break
+				}
+				require.True(t, time.Now().Before(deadline.Add(10*time.Second)), "the second delivery was not answered: %+v", info)
+				time.Sleep(20 * time.Millisecond)
+			}
+			last, err := b.prod.Await(ctx, job.Session, job.ID, &producer.AwaitOpts{Parked: true})
+			require.NoError(t, err)
+			require.Equal(t, contracts.StatusWaiting, last.Data.Status)
+			p := w.PendingToolCalls[0]
+			require.NoError(t, b.prod.SubmitToolResult(ctx, job.Session, job.ID, p, json.RawMessage(`"yes"`), nil))
+			final := b.await(t, job, false)
+			require.Equal(t, contracts.StatusCompleted, final.Data.Status, "%s %+v", final.Data.Result, final.Data.Error)
+			// The first run's VM state: the second exec's snapshot (a later
+			// Date.now) did not replace it.
+			var asked struct{ N int64 }
+			require.NoError(t, json.Unmarshal(p.Input, &asked))
+			require.JSONEq(t, fmt.Sprintf(`{"n":%d,"a":"yes"}`, asked.N), string(result(t, final.Data.Result).Value))
+		})
+	}
 }

@@ -75,6 +75,17 @@ func (c *CodeMode) handleResult(ctx context.Context, job *contracts.Job) (json.R
 			return json.RawMessage(`{"recorded":false,"reason":"duplicate"}`), nil
 		}
 		rec.Results = append(rec.Results, settlementOf(&tr, rec.Catalog[p.ToolID]))
+		if rec.AutoResume && rec.resumable(time.Now()) {
+			// The last result an autoResume run waited for is recorded by
+			// the write that takes the run's lease: one write, not two. A
+			// conflict records nothing; the next round sees the newer
+			// record.
+			res, err := c.autoResume(ctx, rec, rev)
+			if errors.Is(err, errStale) {
+				continue
+			}
+			return res, err
+		}
 		rev, err = c.store.save(ctx, rec, rev, c.remaining(rec))
 		if errors.Is(err, errStale) {
 			continue

@@ -1,0 +1,217 @@
+package codemode_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// hopTracer records, from a core subscription on every subject, when each
+// message of a benchmark's runs crossed the server, so a benchmark can print
+// where a round trip's time goes hop by hop. Runs are timed one at a time:
+// every message between a run's start and its end is that run's.
+type hopTracer struct {
+	mu    sync.Mutex
+	start time.Time
+	seen  []hop
+	runs  [][]hop
+	done  chan struct{} // closed when the run's completed event is seen
+	runID string
+	sub   func() // subscribes; on() calls it
+	live  bool
+}
+
+type hop struct {
+	at   time.Duration
+	what string
+	ids  string // subject and message id: which run a message is of
+}
+
+func traceHops(b *testing.B, url string) *hopTracer {
+	b.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	h := &hopTracer{}
+	h.sub = func() {
+		if _, err := nc.Subscribe(">", h.record); err != nil {
+			b.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return h
+}
+
+// on starts tracing: until then begin and end cost nothing.
+func (h *hopTracer) on() {
+	h.sub()
+	h.live = true
+}
+
+// record notes one message crossing the server.
+func (h *hopTracer) record(m *nats.Msg) {
+	now := time.Now()
+	what := hopName(m)
+	if what == "" {
+		return
+	}
+	if strings.HasPrefix(m.Reply, "$JS.ACK.") {
+		// A consumer's delivery of a stored message, not its publish.
+		what = "delivered: " + what
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.start.IsZero() {
+		return
+	}
+	ids := m.Subject + " " + m.Header.Get(nats.MsgIdHdr)
+	h.seen = append(h.seen, hop{at: now.Sub(h.start), what: what, ids: ids})
+	if what == "event code_mode.exec completed" && h.runID != "" && strings.Contains(ids, h.runID) && h.done != nil {
+		close(h.done)
+		h.done = nil
+	}
+}
+
+// begin starts a run's window.
+func (h *hopTracer) begin() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.start, h.seen, h.runID, h.done = time.Now(), nil, "", make(chan struct{})
+}
+
+// end closes the window of run runID once the tracer has seen its
+// completed event, keeping the messages that name the run (its jobs,
+// events, record) and those that name none (acks, API requests); another
+// run's messages are left out.
+func (h *hopTracer) end(runID string) {
+	if !h.live {
+		return
+	}
+	h.mu.Lock()
+	h.runID = runID
+	done := h.done
+	for _, x := range h.seen {
+		if x.what == "event code_mode.exec completed" && strings.Contains(x.ids, runID) && done != nil {
+			close(done)
+			h.done = nil
+			break
+		}
+	}
+	h.mu.Unlock()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var mine []hop
+	for _, x := range h.seen {
+		if strings.Contains(x.ids, runID) || !namesRun(x) {
+			mine = append(mine, x)
+		}
+	}
+	h.runs = append(h.runs, mine)
+	h.start, h.seen, h.runID = time.Time{}, nil, ""
+}
+
+// namesRun reports whether a message names a run at all.
+func namesRun(x hop) bool {
+	return !strings.HasPrefix(x.what, "ack") && !strings.HasPrefix(x.what, "api ")
+}
+
+// hopName names a message by what it does for a run; "" leaves it out
+// (replies, heartbeats, the tracer's own traffic).
+func hopName(m *nats.Msg) string {
+	s := m.Subject
+	switch {
+	case strings.HasPrefix(s, "_INBOX."), strings.HasPrefix(s, "$JS.EVENT."), strings.HasPrefix(s, "$SYS."):
+		return ""
+	case strings.HasPrefix(s, "toolq.jobs."):
+		return "job " + strings.TrimPrefix(s, "toolq.jobs.")
+	case strings.HasPrefix(s, "toolq.events."):
+		var ev struct {
+			Data struct {
+				Tool   string `json:"tool"`
+				Status string `json:"status"`
+			} `json:"data"`
+		}
+		_ = json.Unmarshal(m.Data, &ev)
+		return "event " + ev.Data.Tool + " " + ev.Data.Status
+	case strings.HasPrefix(s, "$KV."):
+		bucket, _, _ := strings.Cut(strings.TrimPrefix(s, "$KV."), ".")
+		if m.Header.Get("KV-Operation") != "" {
+			return "kv " + bucket + " " + strings.ToLower(m.Header.Get("KV-Operation"))
+		}
+		return "kv " + bucket + " put"
+	case strings.HasPrefix(s, "$JS.ACK."):
+		return "ack"
+	case strings.HasPrefix(s, "$JS.API.DIRECT.GET."):
+		stream, _, _ := strings.Cut(strings.TrimPrefix(s, "$JS.API.DIRECT.GET."), ".")
+		return "direct get " + stream
+	case strings.HasPrefix(s, "$JS.API."):
+		// STREAM.INFO.X, CONSUMER.CREATE.X.Y: the verb and the stream.
+		parts := strings.Split(strings.TrimPrefix(s, "$JS.API."), ".")
+		if len(parts) >= 3 {
+			return "api " + parts[0] + "." + parts[1] + " " + parts[2]
+		}
+		return "api " + strings.Join(parts, ".")
+	}
+	return "other " + s
+}
+
+// report logs each hop's median time into the run and how often it
+// happens per run, in the order hops happen.
+func (h *hopTracer) report(b *testing.B) {
+	b.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.runs) == 0 {
+		return
+	}
+
+	// The k-th occurrence of a hop in a run is a hop of its own ("kv
+	// toolq_runs put #2"): the same message kind at two steps of a run.
+	at := map[string][]time.Duration{}
+	for _, run := range h.runs {
+		n := map[string]int{}
+		for _, x := range run {
+			n[x.what]++
+			key := x.what
+			if n[x.what] > 1 {
+				key = fmt.Sprintf("%s #%d", x.what, n[x.what])
+			}
+			at[key] = append(at[key], x.at)
+		}
+	}
+	type row struct {
+		what   string
+		median time.Duration
+		share  float64
+	}
+	rows := make([]row, 0, len(at))
+	for what, ts := range at {
+		slices.Sort(ts)
+		rows = append(rows, row{what: what, median: ts[len(ts)/2], share: float64(len(ts)) / float64(len(h.runs))})
+	}
+	slices.SortFunc(rows, func(a, b row) int { return int(a.median - b.median) })
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "per-hop breakdown over %d runs (median ms since submit, share of runs with the hop):\n", len(h.runs))
+	for _, r := range rows {
+		if r.share < 0.2 {
+			continue // another run's tail, or rare
+		}
+		fmt.Fprintf(&sb, "  %7.2f  %4.2f  %s\n", float64(r.median.Microseconds())/1000, r.share, r.what)
+	}
+	// Printed, not logged: a benchmark's log is cut to a few lines.
+	fmt.Print(sb.String())
+}
