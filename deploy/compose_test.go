@@ -83,7 +83,7 @@ func TestCompose(t *testing.T) {
 	w := service(t, p, "worker")
 	require.Empty(t, w.Profiles)
 	require.Equal(t, 2, *w.Deploy.Replicas)
-	require.Equal(t, types.ShellCommand{"worker", "--replicas", "3", "--no-exec"}, w.Command)
+	require.Equal(t, types.ShellCommand{"worker", "--replicas", "3", "--tools", "code_execution,code_mode"}, w.Command)
 	require.Equal(t, "nats://nats-1:4222,nats://nats-2:4222,nats://nats-3:4222", *w.Environment["TOOLQ_NATS"])
 	require.Equal(t, "worker", *w.Environment["TOOLQ_NATS_USER"])
 	require.Equal(t, strings.Repeat("5a", 32), *w.Environment["TOOLQ_SNAPSHOT_KEY"])
@@ -96,7 +96,7 @@ func TestCompose(t *testing.T) {
 
 	we := service(t, p, "worker-exec")
 	require.Equal(t, []string{"exec"}, we.Profiles)
-	require.Contains(t, we.Command, "--no-code-mode")
+	require.Equal(t, types.ShellCommand{"worker", "--replicas", "3", "--tools", "exec"}, we.Command)
 	require.ElementsMatch(t, []string{"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"}, we.SecurityOpt)
 	require.NotContains(t, we.Environment, "TOOLQ_SNAPSHOT_KEY")
 

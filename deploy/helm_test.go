@@ -331,7 +331,7 @@ func TestChartDefaults(t *testing.T) {
 	// general: code mode with the snapshot key, no exec, no sandbox rights.
 	gd := m.deployment(t, general)
 	gc := gd.Spec.Template.Spec.Containers[0]
-	require.Contains(t, gc.Args, "--no-exec")
+	require.Contains(t, gc.Args, "--tools=code_execution,code_mode", "exactly its packs: no exec")
 	require.Contains(t, gc.Args, "--snapshot-key-file=/etc/toolq/snapshot/snapshot.key")
 	require.Nil(t, gd.Spec.Template.Spec.HostUsers)
 	require.Nil(t, gc.SecurityContext.ProcMount)
@@ -342,8 +342,7 @@ func TestChartDefaults(t *testing.T) {
 	// exec: the sandbox's needs, and nothing of code mode.
 	ed := m.deployment(t, execGroup)
 	ec := ed.Spec.Template.Spec.Containers[0]
-	require.Contains(t, ec.Args, "--no-code-mode")
-	require.NotContains(t, ec.Args, "--no-exec")
+	require.Contains(t, ec.Args, "--tools=exec", "exactly exec: no code mode, no code_execution")
 	require.NotNil(t, ed.Spec.Template.Spec.HostUsers)
 	require.False(t, *ed.Spec.Template.Spec.HostUsers, "procMount Unmasked needs a pod user namespace")
 	require.Equal(t, corev1.UnmaskedProcMount, *ec.SecurityContext.ProcMount)
@@ -369,9 +368,8 @@ func TestChartDefaults(t *testing.T) {
 	require.Equal(t, "32", so.Spec.Triggers[0].Metadata["lagThreshold"])
 	require.Equal(t, int32(2), so.Spec.Fallback.Replicas)
 	require.Equal(t, []string{
-		subj.JobsStream() + "/" + subj.ConsumerName(contracts.ToolCodeExecution),
 		subj.JobsStream() + "/" + subj.ConsumerName(contracts.ToolExec),
-	}, consumers(scaledObject(t, m, execGroup)))
+	}, consumers(scaledObject(t, m, execGroup)), "the exec group serves exec alone (--tools=exec)")
 
 	// The scheduler: two replicas, a fixed count (no autoscaler).
 	sd := m.deployment(t, scheduler)
@@ -437,11 +435,11 @@ func TestChartCombinations(t *testing.T) {
 				subj := contracts.Subjects{}
 				got := consumers(scaledObject(t, m, execGroup))
 				for _, stream := range []string{subj.JobsStream(), subj.TenantJobsStream("ACME")} {
-					for _, tool := range []string{contracts.ToolCodeExecution, contracts.ToolExec, contracts.ToolExecDecide} {
+					for _, tool := range []string{contracts.ToolExec, contracts.ToolExecDecide} {
 						require.Contains(t, got, stream+"/"+subj.ConsumerName(tool))
 					}
 				}
-				require.Len(t, got, 6)
+				require.Len(t, got, 4)
 				ec := m.deployment(t, execGroup).Spec.Template.Spec.Containers[0]
 				a, ok := env(ec, "TOOLQ_APPROVERS")
 				require.True(t, ok)
@@ -583,6 +581,7 @@ func TestChartRejects(t *testing.T) {
 		"unknown auth mode":   {map[string]any{"auth": map[string]any{"mode": "token"}}, "auth.mode is password, creds or none"},
 		"not a provider key":  {map[string]any{"providers": map[string]any{"keys": map[string]any{"PATH": "x"}}}, "not a provider key variable"},
 		"asynq without redis": {map[string]any{"scheduler": map[string]any{"engine": "asynq"}}, "scheduler.redis.url"},
+		"a group of no tools": {map[string]any{"workers": map[string]any{"exec": map[string]any{"exec": false}}}, "workers.exec serves no tool pack"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -39,6 +39,7 @@ type workerFlags struct {
 	snapshotKeyID   string
 	snapshotVerify  []string
 	noCodeMode      bool
+	tools           []string
 	codeModeExec    bool
 	builtins        bool
 	tenants         bool
@@ -71,6 +72,7 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.snapshotKeyID, "snapshot-key-id", os.Getenv("TOOLQ_SNAPSHOT_KEY_ID"), "id of the snapshot key, written in every snapshot (default: derived from the key; env TOOLQ_SNAPSHOT_KEY_ID)")
 	cmd.Flags().StringArrayVar(&f.snapshotVerify, "snapshot-verify-key-file", nil, "an older snapshot key still accepted for resumes, as [ID=]FILE (repeatable; for key rotation)")
 	cmd.Flags().BoolVar(&f.noCodeMode, "no-code-mode", false, "do not run code-mode jobs on this worker")
+	cmd.Flags().StringSliceVar(&f.tools, "tools", nil, "serve exactly these tool packs: code_execution, code_mode, exec, mcp (comma-separated or repeated; default: every pack the --no-* flags leave on)")
 	cmd.Flags().BoolVar(&f.codeModeExec, "codemode-exec", false, "let code-mode runs call the shell exec tool (toolq:core:exec), when the run's tools name it; off by default")
 	cmd.Flags().BoolVar(&f.builtins, "builtins", false, "also run the diagnostic tools noop and sleep (always on in dev)")
 	cmd.Flags().BoolVar(&f.tenants, "tenants", os.Getenv("TOOLQ_TENANTS") != "",
@@ -103,6 +105,10 @@ func newWorker(g *globals, nc *nats.Conn, f *workerFlags) (*worker.Worker, error
 }
 
 func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*node, error) {
+	packs, err := selectPacks(f.tools, f.noCodeMode, f.exec.off, f.mcpConfig)
+	if err != nil {
+		return nil, err
+	}
 	wcfg := &worker.Config{
 		Name: f.name, Subjects: g.subjects(), Replicas: f.replicas, StopTimeout: f.stopTimeout,
 		Logger: g.log, Tool: worker.ToolConfig{Concurrency: f.concurrency, AckWait: f.ackWait},
@@ -115,9 +121,38 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 	if err != nil {
 		return nil, err
 	}
+	if packs[packCodeExecution] {
+		if err := registerCodeExecution(g, w, nc, f); err != nil {
+			return nil, err
+		}
+	}
+	n := &node{w: w}
+	if packs[packExec] {
+		if n.exec, err = registerExec(g, w, nc, f); err != nil {
+			return nil, err
+		}
+	}
+	if packs[packCodeMode] {
+		if err := n.registerCodeMode(ctx, g, nc, f); err != nil {
+			return nil, err
+		}
+	}
+	// Last: the servers are connected from here on, and a failure before
+	// would leave them so.
+	if packs[packMCP] {
+		if err := registerMCP(ctx, g, w, f.mcpConfig); err != nil {
+			return nil, n.close(ctx, err)
+		}
+	}
+	return n, nil
+}
+
+// registerCodeExecution adds code_execution with its providers' config
+// (or dev's demo provider), its breakers reported to the metrics.
+func registerCodeExecution(g *globals, w *worker.Worker, nc *nats.Conn, f *workerFlags) error {
 	cfg, err := codeExecConfig(g, nc.Publish, f.providersConfig)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if f.demo != nil {
 		useDemoProvider(cfg, f.demo)
@@ -129,24 +164,8 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 			logged(c)
 		}
 	}
-	if _, err := codeexec.Register(w, cfg); err != nil {
-		return nil, err
-	}
-	n := &node{w: w}
-	if n.exec, err = registerExec(g, w, nc, f); err != nil {
-		return nil, err
-	}
-	if !f.noCodeMode {
-		if err := n.registerCodeMode(ctx, g, nc, f); err != nil {
-			return nil, err
-		}
-	}
-	// Last: the servers are connected from here on, and a failure before
-	// would leave them so.
-	if err := registerMCP(ctx, g, w, f.mcpConfig); err != nil {
-		return nil, n.close(ctx, err)
-	}
-	return n, nil
+	_, err = codeexec.Register(w, cfg)
+	return err
 }
 
 // registerCodeMode adds code mode when the worker has a snapshot key.

@@ -83,9 +83,24 @@ group's own. Input: dict root, name, group. Output: YAML.
 {{- $g | toYaml }}
 {{- end }}
 
+{{/* The tool packs a group serves, as toolq worker --tools takes them:
+exactly these, so the group consumes no other tool. Input: dict name, g. */}}
+{{- define "toolq.groupPacks" -}}
+{{- $packs := list }}
+{{- if .g.codeExecution }}{{ $packs = append $packs "code_execution" }}{{ end }}
+{{- if .g.codeMode }}{{ $packs = append $packs "code_mode" }}{{ end }}
+{{- if .g.exec }}{{ $packs = append $packs "exec" }}{{ end }}
+{{- if .g.mcpConfig }}{{ $packs = append $packs "mcp" }}{{ end }}
+{{- if not $packs }}
+{{- fail (printf "workers.%s serves no tool pack: turn on codeExecution, codeMode, exec or give it an mcpConfig" .name) }}
+{{- end }}
+{{- join "," $packs }}
+{{- end }}
+
 {{/* The tools a group consumes, one per line. Input: dict root, g. */}}
 {{- define "toolq.groupTools" -}}
-{{- $tools := list "code_execution" }}
+{{- $tools := list }}
+{{- if .g.codeExecution }}{{ $tools = append $tools "code_execution" }}{{ end }}
 {{- if .g.codeMode }}{{ $tools = concat $tools (list "code_mode.exec" "code_mode.wait" "code_mode.result") }}{{ end }}
 {{- if .g.exec }}
 {{- $tools = append $tools "exec" }}
