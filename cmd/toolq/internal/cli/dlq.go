@@ -381,7 +381,7 @@ func printDeadLetter(g *globals, d *deadLetter) error {
 		fmt.Fprintf(tw, "problem:\t%s\n", d.bad)
 	}
 	if dl.Error != nil {
-		fmt.Fprintf(tw, "error:\t%s (retryable %t)\n", dl.Error.Code, dl.Error.Retryable)
+		fmt.Fprintf(tw, "error:\t%s\n", dl.Error.Code)
 		fmt.Fprintf(tw, "message:\t%s\n", dl.Error.Message)
 		if len(dl.Error.Details) > 0 {
 			fmt.Fprintf(tw, "details:\t%s\n", dl.Error.Details)
