@@ -44,6 +44,17 @@ func (g *globals) operatorBus(ctx context.Context, what string) (*nats.Conn, jet
 		nc.Close()
 		return nil, nil, err
 	}
+	// A user whose permissions do not reach the JetStream API (a tenant's
+	// agent) has its request dropped by the server with an error that
+	// arrives before the flush's answer: no need to wait out a timeout.
+	// The probe's error is expected: it is not logged as a surprise.
+	logErr := nc.ErrorHandler()
+	nc.SetErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})
+	if err := nc.Publish("$JS.API.INFO", nil); err == nil && nc.Flush() == nil && errors.Is(nc.LastError(), nats.ErrPermissionViolation) {
+		nc.Close()
+		return nil, nil, errOperatorOnly(what)
+	}
+	nc.SetErrorHandler(logErr)
 	ctx, cancel := context.WithTimeout(ctx, min(g.timeout, 5*time.Second))
 	defer cancel()
 	if _, err := js.AccountInfo(ctx); err != nil {
