@@ -108,3 +108,24 @@ func TestJobsLs(t *testing.T) {
 	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, "no jobs stream for tenant NOPE")
 }
+
+// TestReadmeOperatorLines: the README's dlq and jobs lines name commands
+// and flags that exist.
+func TestReadmeOperatorLines(t *testing.T) {
+	t.Parallel()
+	n := 0
+	for _, line := range strings.Split(string(readFile(t, "README.md")), "\n") {
+		if !strings.HasPrefix(line, "bin/toolq dlq ") && !strings.HasPrefix(line, "bin/toolq jobs ") {
+			continue
+		}
+		n++
+		line, _, _ = strings.Cut(line, "#")
+		args := strings.Fields(line)[1:]
+		root, _ := newRoot(nil, nil)
+		cmd, rest, err := root.Find(args)
+		require.NoError(t, err, line)
+		require.NoError(t, cmd.ParseFlags(rest), line)
+		require.NoError(t, cmd.ValidateArgs(cmd.Flags().Args()), line)
+	}
+	require.GreaterOrEqual(t, n, 7)
+}
