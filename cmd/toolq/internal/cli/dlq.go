@@ -209,8 +209,11 @@ func (q *dlq) get(ctx context.Context, seq uint64) (*deadLetter, error) {
 func (q *dlq) find(ctx context.Context, arg string, f *dlqFilter) (*deadLetter, error) {
 	if seq, err := strconv.ParseUint(arg, 10, 64); err == nil && seq > 0 {
 		d, err := q.get(ctx, seq)
-		if err != nil || d != nil {
-			return d, err
+		if err != nil {
+			return nil, err
+		}
+		if d != nil && (f.tool == "" || d.DL.Tool == f.tool) && f.match(d) {
+			return d, nil
 		}
 	}
 	if !contracts.ValidID(arg) {
@@ -323,7 +326,13 @@ func newDLQLsCmd(g *globals) *cobra.Command {
 				_, err = fmt.Fprintln(g.stdout, "no dead letters")
 				return err
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if f.limit > 0 && n == f.limit {
+				g.tell("the first %d shown; --limit 0 shows every one", n)
+			}
+			return nil
 		},
 	}
 	f.register(cmd, 100)

@@ -366,3 +366,39 @@ func TestDLQPurge(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "no dead letters to purge")
 }
+
+// TestDLQRequeueRefusesWhatIsNoJob: a message that was no readable job is
+// dead-lettered without a job id; requeue refuses it and keeps it, alone
+// or among others with --all (which requeues the rest), and purge removes
+// it by its sequence.
+func TestDLQRequeueRefusesWhatIsNoJob(t *testing.T) {
+	t.Parallel()
+	b := startDLQBus(t)
+	ctx := testutil.Context(t, 10*time.Second)
+	_, err := b.js.Publish(ctx, "toolq.jobs.flaky", []byte(`{"not":"a job"}`), jetstream.WithMsgID("junk"))
+	require.NoError(t, err)
+	var rows []dlqRow
+	require.Eventually(t, func() bool { rows = dlqRows(t, b.url); return len(rows) == 1 }, 10*time.Second, 20*time.Millisecond)
+	junk := rows[0]
+	require.Empty(t, junk.JobID)
+	require.Equal(t, contracts.CodeInvalidInput, junk.Error.Code)
+	failToDLQ(t, b.url, nil, "flaky", "s", "good")
+	b.flaky.broken.Store(false)
+
+	seq := strconv.FormatUint(junk.Seq, 10)
+	code, _, errOut := run(t, "--nats", b.url, "dlq", "requeue", seq)
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "no readable job")
+	code, out, errOut := run(t, "--nats", b.url, "dlq", "requeue", "--all")
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, out, "job good as good_rq")
+	require.Contains(t, errOut, "1 dead letters not requeued and kept (seq "+seq+"); 1 requeued")
+	rows = dlqRows(t, b.url)
+	require.Len(t, rows, 1)
+	require.Equal(t, junk.Seq, rows[0].Seq)
+
+	code, out, errOut = run(t, "--nats", b.url, "dlq", "purge", seq, "--yes")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "purged 1")
+	require.Empty(t, dlqRows(t, b.url))
+}
