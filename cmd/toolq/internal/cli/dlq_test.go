@@ -360,7 +360,7 @@ func TestDLQPurge(t *testing.T) {
 
 	code, out, errOut = run(t, "--nats", b.url, "--json", "dlq", "purge", "--all", "--yes")
 	require.Equal(t, 0, code, errOut)
-	require.Equal(t, float64(2), requireJSON(t, out)["purged"])
+	require.EqualValues(t, 2, requireJSON(t, out)["purged"])
 	require.Empty(t, dlqRows(t, b.url))
 	code, out, errOut = run(t, "--nats", b.url, "dlq", "purge", "--all", "--yes")
 	require.Equal(t, 0, code, errOut)
