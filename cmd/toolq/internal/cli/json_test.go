@@ -189,6 +189,11 @@ func TestJSONFlagReachesEveryCommand(t *testing.T) {
 		// Always JSON on stdout (TestToolsExport), and mcp serve's stdout
 		// is MCP's own stream; their --json errors in TestToolsExport.
 		"toolq tools export": true, "toolq mcp serve": true,
+		// The operator's commands: JSON Lines from dlq ls and jobs ls, one
+		// object from show, requeue and purge, and their --json errors
+		// (TestDLQLsShowRequeue, TestDLQPurge, TestJobsLs, TestDLQTenants).
+		"toolq dlq ls": true, "toolq dlq show": true, "toolq dlq requeue": true, "toolq dlq purge": true,
+		"toolq jobs ls": true,
 	}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
