@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,39 +13,7 @@ import (
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/examples/internal/exampletest"
 	"github.com/toolq/toolq/internal/testutil"
-	"github.com/toolq/toolq/worker"
 )
-
-// starts counts the deliveries of each tool's jobs the worker took.
-type starts struct {
-	mu sync.Mutex
-	n  map[string]*atomic.Int64
-}
-
-func (s *starts) Tool(tool, _ string) worker.ToolObserver {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.n[tool] == nil {
-		s.n[tool] = &atomic.Int64{}
-	}
-	return toolStarts{s.n[tool]}
-}
-func (*starts) Lag([]worker.ConsumerLag) {}
-
-func (s *starts) of(tool string) int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.n[tool] == nil {
-		return 0
-	}
-	return s.n[tool].Load()
-}
-
-type toolStarts struct{ n *atomic.Int64 }
-
-func (t toolStarts) Started(int, time.Duration)         { t.n.Add(1) }
-func (toolStarts) Ended(worker.Outcome, time.Duration) {}
-func (toolStarts) DeadLettered()                       {}
 
 // expected is what analysisCode computes for input i, in Go.
 func expected(i int) (sum, minV, maxV int) {
@@ -71,7 +37,7 @@ func TestPipelineSurvivesAKill(t *testing.T) {
 	t.Parallel()
 	const n = 500
 	srv := testutil.StartJetStream(t)
-	obs := &starts{n: map[string]*atomic.Int64{}}
+	obs := &exampletest.Deliveries{}
 	exampletest.StartWorker(t, srv.Connect(t), &exampletest.Config{Observer: obs})
 	state := filepath.Join(t.TempDir(), "batch.state")
 	cfg := Config{NATS: srv.ClientURL(), Inputs: n, Batch: "nightly", Session: "pipeline", StateFile: state}
@@ -109,7 +75,7 @@ func TestPipelineSurvivesAKill(t *testing.T) {
 	}
 
 	// No job ran twice, and the jobs stream took each job once.
-	require.Equal(t, int64(n), obs.of(contracts.ToolCodeModeExec), "one delivery per input")
+	require.Equal(t, int64(n), obs.Of(contracts.ToolCodeModeExec), "one delivery per input")
 	js := testutil.JetStream(t, srv.Connect(t))
 	st, err := js.Stream(testutil.Context(t, 5*time.Second), contracts.Subjects{}.JobsStream())
 	require.NoError(t, err)
@@ -121,5 +87,5 @@ func TestPipelineSurvivesAKill(t *testing.T) {
 	require.Equal(t, n, sum.Skipped)
 	require.Zero(t, sum.Submitted+sum.Duplicates)
 	require.Len(t, sum.Results, n)
-	require.Equal(t, int64(n), obs.of(contracts.ToolCodeModeExec))
+	require.Equal(t, int64(n), obs.Of(contracts.ToolCodeModeExec))
 }

@@ -8,6 +8,8 @@ package exampletest
 import (
 	"context"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,3 +121,42 @@ func must(tb testing.TB, err error) {
 		tb.Fatal(err)
 	}
 }
+
+// Deliveries is a worker.Observer that counts the deliveries each tool's
+// jobs got: a test that sees one per job knows no job ran twice.
+type Deliveries struct {
+	mu sync.Mutex
+	n  map[string]*atomic.Int64
+}
+
+// Tool implements worker.Observer.
+func (d *Deliveries) Tool(tool, _ string) worker.ToolObserver {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.n == nil {
+		d.n = map[string]*atomic.Int64{}
+	}
+	if d.n[tool] == nil {
+		d.n[tool] = &atomic.Int64{}
+	}
+	return toolDeliveries{d.n[tool]}
+}
+
+// Lag implements worker.Observer.
+func (*Deliveries) Lag([]worker.ConsumerLag) {}
+
+// Of returns how many deliveries tool's jobs got.
+func (d *Deliveries) Of(tool string) int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.n[tool] == nil {
+		return 0
+	}
+	return d.n[tool].Load()
+}
+
+type toolDeliveries struct{ n *atomic.Int64 }
+
+func (t toolDeliveries) Started(int, time.Duration)        { t.n.Add(1) }
+func (toolDeliveries) Ended(worker.Outcome, time.Duration) {}
+func (toolDeliveries) DeadLettered()                       {}
