@@ -131,3 +131,33 @@ func TestCoreNamesNoMetricsLibrary(t *testing.T) {
 	require.Empty(t, offending, "only package metrics may import Prometheus")
 	require.Contains(t, pkgImports(t, module+"/metrics"), "github.com/prometheus/client_golang/prometheus")
 }
+
+// TestExamplesAreRequesters: the programs under examples/ use what a user
+// of toolq would: contracts, producer and scheduler (the asynq ingress's
+// payload), never internal/ nor an engine or a tool pack; only their tests
+// assemble a worker (examples/internal/exampletest) and start servers
+// (internal/testutil).
+func TestExamplesAreRequesters(t *testing.T) {
+	t.Parallel()
+	lines := goList(t, "-f", "{{.ImportPath}} {{.Name}}:{{join .Imports \" \"}}", module+"/examples/...")
+	allowed := []string{"contracts", "producer", "scheduler"}
+	var mains []string
+	var offending []string
+	for _, line := range lines {
+		head, imports, _ := strings.Cut(line, ":")
+		pkg, name, _ := strings.Cut(head, " ")
+		if name != "main" {
+			continue
+		}
+		mains = append(mains, pkg)
+		for _, imp := range strings.Fields(imports) {
+			rest, ok := strings.CutPrefix(imp, module+"/")
+			if ok && !slices.Contains(allowed, rest) {
+				offending = append(offending, pkg+" imports "+imp)
+			}
+		}
+	}
+	require.GreaterOrEqual(t, len(mains), 3, "the examples are package main")
+	slices.Sort(offending)
+	require.Empty(t, offending)
+}
