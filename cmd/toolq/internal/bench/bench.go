@@ -303,7 +303,13 @@ func throughput(ctx context.Context, p *producer.Producer, cfg Config, payload j
 	select {
 	case <-all:
 	case err := <-readErr:
-		return nil, fmt.Errorf("bench: events: %w", err)
+		// The reader stops itself (nil) right after it closes all: then
+		// both are ready and either may be picked.
+		select {
+		case <-all:
+		default:
+			return nil, fmt.Errorf("bench: events ended after %d of %d completions: %w", done.Load(), cfg.Jobs, errors.Join(err, errors.New("reader stopped")))
+		}
 	case <-ctx.Done():
 		return nil, fmt.Errorf("bench: %d of %d completions received: %w", done.Load(), cfg.Jobs, ctx.Err())
 	}

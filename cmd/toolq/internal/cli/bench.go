@@ -20,6 +20,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 		anchors     string
 		tenants, mx bool
 		rounds      int
+		workers     []int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -38,6 +39,9 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 			}
 			// The phases on stderr as they begin; stdout keeps the figures.
 			cfg.Phase = func(phase string) { g.tell("bench: %s", phase) }
+			if len(workers) > 0 {
+				return scaleOut(cmd, g, cfg, workers)
+			}
 			figs, err := bench.Run(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -141,7 +145,37 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 	f.BoolVar(&tenants, "tenants", false, "run again with the jobs submitted and followed through a tenant account's imports and print both, with their throughput ratio")
 	f.BoolVar(&mx, "metrics", false, "run again with the worker's Prometheus metrics on, in turns with off, and print both medians and the median on/off throughput ratio")
 	f.IntVar(&rounds, "metrics-rounds", 3, "rounds of off and on with --metrics")
+	f.IntSliceVar(&workers, "workers", nil, "measure against the server of --nats with this many `toolq worker` processes instead, one round per count (e.g. 1,2,4); figures end in _workers_N")
 	return cmd
+}
+
+// scaleOut is bench --workers: the requester here, the workers in
+// processes of their own, the server the one --nats names.
+func scaleOut(cmd *cobra.Command, g *globals, cfg bench.Config, workers []int) error {
+	if cmd.Flags().Changed("tenants") || cmd.Flags().Changed("metrics") {
+		return contracts.Errorf(contracts.CodeInvalidInput, "--workers measures plain throughput: drop --tenants and --metrics")
+	}
+	opts, err := g.auth.options()
+	if err != nil {
+		return err
+	}
+	figs, err := bench.RunScaleOut(cmd.Context(), bench.ScaleOutConfig{
+		Config: cfg, URL: g.natsURL, Options: opts, Workers: workers, Start: workerProcesses(g),
+	})
+	if err != nil {
+		return err
+	}
+	if g.jsonOut {
+		out := make([]map[string]any, 0, len(figs))
+		for _, f := range figs {
+			out = append(out, map[string]any{"name": "bench." + f.Name, "value": f.Value, "unit": f.Unit})
+		}
+		return g.printJSON(map[string]any{"figures": out})
+	}
+	for _, f := range figs {
+		fmt.Fprintln(g.stdout, f)
+	}
+	return nil
 }
 
 // throughputOf is the e2e_throughput figure of a run.

@@ -1,0 +1,140 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/producer"
+	"github.com/toolq/toolq/worker"
+)
+
+// StartWorker starts one worker process named name against url with the
+// given concurrency and returns once it consumes; stop ends it (SIGTERM,
+// then its drain) and waits for it.
+type StartWorker func(ctx context.Context, url, name string, concurrency int) (stop func(context.Context) error, err error)
+
+// ScaleOutConfig sizes a run against a server of its own process, with the
+// workers in processes of their own: the shape a deployment has.
+type ScaleOutConfig struct {
+	Config
+	// URL of the nats-server; Options are the client's (credentials).
+	URL     string
+	Options []nats.Option
+	// Workers lists the worker counts to measure, one throughput run each.
+	Workers []int
+	// Start starts a worker process.
+	Start StartWorker
+}
+
+// RunScaleOut measures end-to-end throughput (and latency, with
+// LatencyJobs) with N worker processes for each N of cfg.Workers, the
+// requester in this process. Figures are named <figure>_workers_<N>.
+func RunScaleOut(ctx context.Context, cfg ScaleOutConfig) ([]Figure, error) {
+	if cfg.Jobs < 1 || cfg.Submitters < 1 || cfg.Concurrency < 1 || cfg.LatencyJobs < 0 || len(cfg.Workers) == 0 || cfg.Start == nil || cfg.URL == "" {
+		return nil, errors.New("bench: scale-out needs a URL, worker counts, a way to start workers and positive sizes")
+	}
+	for _, n := range cfg.Workers {
+		if n < 1 || n > 64 {
+			return nil, fmt.Errorf("bench: %d workers: want 1 to 64", n)
+		}
+	}
+	nc, err := nats.Connect(cfg.URL, cfg.Options...)
+	if err != nil {
+		return nil, fmt.Errorf("bench: connect %s: %w", cfg.URL, err)
+	}
+	defer nc.Close()
+	p, err := producer.New(nc, &producer.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	payload, _ := json.Marshal(map[string]string{"pad": pad(cfg.PayloadBytes)})
+	var figs []Figure
+	for _, n := range cfg.Workers {
+		f, err := scaleOutRound(ctx, cfg, p, js, n, payload)
+		if err != nil {
+			return nil, err
+		}
+		figs = append(figs, f...)
+	}
+	cfg.phase("done")
+	return figs, nil
+}
+
+func scaleOutRound(ctx context.Context, cfg ScaleOutConfig, p *producer.Producer, js jetstream.JetStream, n int, payload json.RawMessage) (_ []Figure, err error) {
+	cfg.phase("starting %d worker processes (concurrency %d each)", n, cfg.Concurrency)
+	var stops []func(context.Context) error
+	defer func() {
+		cfg.phase("stopping %d worker processes", len(stops))
+		for _, stop := range stops {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			err = errors.Join(err, stop(sctx))
+			cancel()
+		}
+	}()
+	for i := range n {
+		stop, err := cfg.Start(ctx, cfg.URL, fmt.Sprintf("bench-%d-of-%d", i+1, n), cfg.Concurrency)
+		if err != nil {
+			return nil, err
+		}
+		stops = append(stops, stop)
+	}
+	redeliveredBefore := redelivered(ctx, js)
+	cfg.phase("warming up: 50 jobs")
+	if _, err := latency(ctx, p, payload, 50, 0); err != nil {
+		return nil, err
+	}
+	cfg.phase("throughput: %d jobs from %d submitters, %d workers", cfg.Jobs, cfg.Submitters, n)
+	tf, err := throughput(ctx, p, cfg.Config, payload)
+	if err != nil {
+		return nil, err
+	}
+	suffix := fmt.Sprintf("_workers_%d", n)
+	var figs []Figure
+	for _, f := range tf {
+		f.Name += suffix
+		figs = append(figs, f)
+	}
+	if cfg.LatencyJobs > 0 {
+		cfg.phase("latency: %d jobs, one every %s", cfg.LatencyJobs, cfg.LatencyInterval)
+		lat, err := latency(ctx, p, payload, cfg.LatencyJobs, cfg.LatencyInterval)
+		if err != nil {
+			return nil, err
+		}
+		slices.Sort(lat)
+		figs = append(figs,
+			Figure{"e2e_latency_p50" + suffix, ms(pct(lat, 50)), "ms"},
+			Figure{"e2e_latency_p99" + suffix, ms(pct(lat, 99)), "ms"},
+		)
+	}
+	figs = append(figs, Figure{"redelivered" + suffix, float64(redelivered(ctx, js) - redeliveredBefore), "jobs"})
+	return figs, nil
+}
+
+// redelivered is the noop consumer's count of redelivered messages (0
+// before the consumer exists).
+func redelivered(ctx context.Context, js jetstream.JetStream) int {
+	s := contracts.Subjects{}
+	c, err := js.Consumer(ctx, s.JobsStream(), s.ConsumerName(worker.ToolNoop))
+	if err != nil {
+		return 0
+	}
+	ci, err := c.Info(ctx)
+	if err != nil {
+		return 0
+	}
+	return ci.NumRedelivered
+}

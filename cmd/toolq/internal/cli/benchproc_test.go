@@ -1,0 +1,54 @@
+package cli
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolq/toolq/internal/testutil"
+)
+
+// TestMain lets bench --workers start this test binary as `toolq worker`:
+// with TOOLQ_CLI_CHILD=1 it is the command line, not the tests.
+func TestMain(m *testing.M) {
+	if os.Getenv("TOOLQ_CLI_CHILD") == "1" {
+		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	childEnv = []string{"TOOLQ_CLI_CHILD=1"}
+	os.Exit(m.Run())
+}
+
+// TestBenchScaleOut runs bench --workers 1,2 against a nats-server process
+// with worker processes: each round prints its throughput, submit rate,
+// latency and redeliveries (none), and stops its workers.
+func TestBenchScaleOut(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartServerProcess(t, t.TempDir())
+	code, out, errOut := run(t, "--nats", srv.URL(), "bench", "--workers", "1,2", "--jobs", "600",
+		"--submitters", "4", "--concurrency", "16", "--latency-jobs", "20", "--latency-interval", "1ms")
+	require.Equal(t, 0, code, errOut)
+	figs := map[string]float64{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		fs := strings.Fields(line)
+		require.Len(t, fs, 3, line)
+		v, err := strconv.ParseFloat(fs[1], 64)
+		require.NoError(t, err, line)
+		figs[strings.TrimPrefix(fs[0], "bench.")] = v
+	}
+	for _, n := range []string{"1", "2"} {
+		for _, name := range []string{"e2e_throughput", "submit_rate", "e2e_latency_p50", "e2e_latency_p99"} {
+			require.Positive(t, figs[name+"_workers_"+n], "%s_workers_%s in %v", name, n, figs)
+		}
+		v, ok := figs["redelivered_workers_"+n]
+		require.True(t, ok, "redelivered_workers_%s", n)
+		require.Zero(t, v)
+	}
+	require.Contains(t, errOut, "starting 2 worker processes")
+	require.Contains(t, errOut, "stopping 2 worker processes")
+	code, _, errOut = run(t, "--nats", srv.URL(), "bench", "--workers", "0")
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "want 1 to 64")
+}
