@@ -267,19 +267,19 @@ func TestCheckerRejects(t *testing.T) {
 	t.Parallel()
 	c := newChecker(t)
 	for expr, want := range map[string]string{
-		`rate(toolq_job_total[5m])`:                                               "toolq_job_total is not a series",
-		`toolq_job_duration_seconds`:                                              "is a histogram",
-		`rate(toolq_jobs_in_flight_bucket[5m])`:                                   "toolq_jobs_in_flight_bucket is not a series",
-		`toolq_jobs_in_flight{tenant="ACME"}`:                                     `has no label "tenant"`,
-		`sum by (tenant) (rate(toolq_job_duration_seconds_count[5m]))`:            `toolq_job_duration_seconds_count has no label "tenant"`,
-		`sum by (le) (rate(toolq_job_duration_seconds_sum[5m]))`:                  `has no label "le"`,
-		`toolq_jobs_total{outcome="dead_letered"}`:                                `outcome="dead_letered" is not a value`,
-		`toolq_jobs_total{outcome=~"failed|succeeded"}`:                           `outcome="succeeded" is not a value`,
-		`toolq_jobs_total{outcome=~"fail.*"}`:                                     "with literal values",
-		`toolq_exec_approvals_decided_total{verdict="timeout"}`:                   `verdict="timeout"`,
-		`sum without (tool) (toolq_jobs_total)`:                                   "not without()",
-		`sum by (tool) (rate(toolq_jobs_total[5m])`:                               "parse",
-		`{tool="x"}`:                                                              "names no metric",
+		`rate(toolq_job_total[5m])`:                                    "toolq_job_total is not a series",
+		`toolq_job_duration_seconds`:                                   "is a histogram",
+		`rate(toolq_jobs_in_flight_bucket[5m])`:                        "toolq_jobs_in_flight_bucket is not a series",
+		`toolq_jobs_in_flight{tenant="ACME"}`:                          `has no label "tenant"`,
+		`sum by (tenant) (rate(toolq_job_duration_seconds_count[5m]))`: `toolq_job_duration_seconds_count has no label "tenant"`,
+		`sum by (le) (rate(toolq_job_duration_seconds_sum[5m]))`:       `has no label "le"`,
+		`toolq_jobs_total{outcome="dead_letered"}`:                     `outcome="dead_letered" is not a value`,
+		`toolq_jobs_total{outcome=~"failed|succeeded"}`:                `outcome="succeeded" is not a value`,
+		`toolq_jobs_total{outcome=~"fail.*"}`:                          "with literal values",
+		`toolq_exec_approvals_decided_total{verdict="timeout"}`:        `verdict="timeout"`,
+		`sum without (tool) (toolq_jobs_total)`:                        "not without()",
+		`sum by (tool) (rate(toolq_jobs_total[5m])`:                    "parse",
+		`{tool="x"}`: "names no metric",
 		`histogram_quantile(0.9, sum by (le) (rate(toolq_schedule_firings_total[5m])))`: `toolq_schedule_firings_total has no label "le"`,
 	} {
 		_, _, err := c.check(expr)
@@ -401,12 +401,12 @@ type datasourceRef struct {
 }
 
 type panel struct {
-	ID         int            `json:"id"`
-	Type       string         `json:"type"`
-	Title      string         `json:"title"`
-	Datasource *datasourceRef `json:"datasource"`
+	ID         int                      `json:"id"`
+	Type       string                   `json:"type"`
+	Title      string                   `json:"title"`
+	Datasource *datasourceRef           `json:"datasource"`
 	GridPos    struct{ H, W, X, Y int } `json:"gridPos"`
-	Panels     []panel        `json:"panels"`
+	Panels     []panel                  `json:"panels"`
 	Targets    []struct {
 		RefID      string         `json:"refId"`
 		Expr       string         `json:"expr"`
