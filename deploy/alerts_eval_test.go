@@ -10,10 +10,15 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/histogram"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
-	"github.com/prometheus/prometheus/promql/promqltest"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+	"github.com/prometheus/prometheus/tsdb/chunks"
+	"github.com/prometheus/prometheus/util/annotations"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,21 +26,47 @@ import (
 // for: clause runs, as a rule group's interval would.
 const evalStep = 30 * time.Second
 
-// firing evaluates rule over series (promqltest's load notation, samples a
-// minute apart from time 0) the way Prometheus's rule manager decides it:
-// the alerts firing at `at` are the label sets the expression returned at
-// every evaluation from at-for to at. It returns them as label maps.
+// firing evaluates rule over series (one series a line, in PromQL's test
+// notation: samples a minute apart from time 0, "0+1x30" counting up) the
+// way Prometheus's rule manager decides it: the alerts firing at `at` are
+// the label sets the expression returned at every evaluation from at-for
+// to at, one evalStep apart.
 func firing(t *testing.T, rule rulefmt.Rule, series string, at time.Duration) []map[string]string {
 	t.Helper()
-	st := promqltest.LoadedStorage(t, "load 1m\n"+series)
-	t.Cleanup(func() { require.NoError(t, st.Close()) })
+	p := parser.NewParser(parser.Options{})
+	var loaded []storage.Series
+	for line := range strings.SplitSeq(series, "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		lset, vals, err := p.ParseSeriesDesc(strings.TrimSpace(line))
+		require.NoError(t, err, line)
+		var samples []chunks.Sample
+		for i, v := range vals {
+			if !v.Omitted {
+				samples = append(samples, sample{t: time.Duration(i) * time.Minute, f: v.Value})
+			}
+		}
+		loaded = append(loaded, storage.NewListSeries(lset, samples))
+	}
+	st := &storage.MockQueryable{MockQuerier: &storage.MockQuerier{
+		SelectMockFunction: func(_ bool, _ *storage.SelectHints, ms ...*labels.Matcher) storage.SeriesSet {
+			var out []storage.Series
+			for _, s := range loaded {
+				if matchAll(s.Labels(), ms) {
+					out = append(out, s)
+				}
+			}
+			slices.SortFunc(out, func(a, b storage.Series) int { return labels.Compare(a.Labels(), b.Labels()) })
+			return &seriesSet{series: out, i: -1}
+		},
+	}}
 	ng := promql.NewEngine(promql.EngineOpts{
-		MaxSamples: 1_000_000, Timeout: time.Minute, LookbackDelta: 5 * time.Minute,
-		Parser: parser.NewParser(parser.Options{}),
+		MaxSamples: 1_000_000, Timeout: time.Minute, LookbackDelta: 5 * time.Minute, Parser: p,
 	})
 	t.Cleanup(func() { require.NoError(t, ng.Close()) })
 
-	var held map[string]map[string]string // fingerprint -> labels, alive through every step
+	var held map[string]map[string]string // alive at every step so far, by label set
 	for ts := at - time.Duration(rule.For); ts <= at; ts += evalStep {
 		q, err := ng.NewInstantQuery(context.Background(), st, nil, rule.Expr, time.Unix(0, 0).Add(ts))
 		require.NoError(t, err)
@@ -62,6 +93,40 @@ func firing(t *testing.T, rule rulefmt.Rule, series string, at time.Duration) []
 		return strings.Compare(labelsKey(a), labelsKey(b))
 	})
 }
+
+func matchAll(lset labels.Labels, ms []*labels.Matcher) bool {
+	for _, m := range ms {
+		if !m.Matches(lset.Get(m.Name)) {
+			return false
+		}
+	}
+	return true
+}
+
+// sample is a float sample at t after time 0.
+type sample struct {
+	t time.Duration
+	f float64
+}
+
+func (s sample) T() int64                    { return s.t.Milliseconds() }
+func (sample) ST() int64                     { return 0 }
+func (s sample) F() float64                  { return s.f }
+func (sample) H() *histogram.Histogram       { return nil }
+func (sample) FH() *histogram.FloatHistogram { return nil }
+func (sample) Type() chunkenc.ValueType      { return chunkenc.ValFloat }
+func (s sample) Copy() chunks.Sample         { return s }
+
+// seriesSet serves a slice of series.
+type seriesSet struct {
+	series []storage.Series
+	i      int
+}
+
+func (s *seriesSet) Next() bool                      { s.i++; return s.i < len(s.series) }
+func (s *seriesSet) At() storage.Series              { return s.series[s.i] }
+func (*seriesSet) Err() error                        { return nil }
+func (*seriesSet) Warnings() annotations.Annotations { return nil }
 
 func labelsKey(m map[string]string) string {
 	keys := slices.Sorted(maps.Keys(m))
