@@ -78,6 +78,8 @@ func newObject(apiVersion, kind string) (any, error) {
 		return &autoscalingv2.HorizontalPodAutoscaler{}, nil
 	case "monitoring.coreos.com/v1 ServiceMonitor":
 		return &monitoringv1.ServiceMonitor{}, nil
+	case "monitoring.coreos.com/v1 PrometheusRule":
+		return &monitoringv1.PrometheusRule{}, nil
 	case "keda.sh/v1alpha1 ScaledObject":
 		return &ScaledObject{}, nil
 	}
