@@ -81,7 +81,7 @@ func TestRollingRestartUnderLoad(t *testing.T) { //nolint:paralleltest // runs w
 
 	// Rolling restart: each worker in turn is stopped and replaced.
 	for i, w := range workers {
-		w.kill()
+		require.Equal(t, 0, w.term(t, 30*time.Second), "worker %s exits 0 after a drain: %s", w.name, w.output())
 		workers[i] = startWorker(t, e.srv.URL(), w.name+"2", e.keyFile, flags...)
 		time.Sleep(300 * time.Millisecond) // the new worker takes load before the next stops
 	}

@@ -467,3 +467,45 @@ func TestRedeliveredFinishedJobAnsweredFromEvent(t *testing.T) {
 	defer cancel()
 	require.NoError(t, wa.Stop(stopCtx))
 }
+
+// TestQueuedJobsWaitOutsideTheirAckWait: with every slot busy for longer
+// than the ack wait, the jobs behind are not taken yet — a job taken and
+// held for a slot would have its ack wait run out and be delivered again
+// (to this worker or another) while its first delivery still waits, and
+// then run twice. Each job runs once, on its first delivery.
+func TestQueuedJobsWaitOutsideTheirAckWait(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	runs := map[string]int{}
+	b.startWorker(t, nil, func(w *worker.Worker) {
+		require.NoError(t, w.Register("slow", worker.HandlerFunc(func(ctx context.Context, job *contracts.Job) (json.RawMessage, error) {
+			mu.Lock()
+			runs[job.ID]++
+			mu.Unlock()
+			select {
+			case <-time.After(700 * time.Millisecond): // longer than the ack wait; the running job's heartbeat keeps it
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return json.RawMessage(`true`), nil
+		}), &worker.ToolConfig{Concurrency: 1, AckWait: 300 * time.Millisecond}))
+	})
+	var jobs []*contracts.Job
+	for range 3 {
+		jobs = append(jobs, b.submit(t, "slow", ``, nil))
+	}
+	for _, job := range jobs {
+		ev := b.await(t, job)
+		require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
+		require.Equal(t, 1, ev.Data.Attempt, "job %s was delivered again", job.ID)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, job := range jobs {
+		require.Equal(t, 1, runs[job.ID], "job %s ran %d times", job.ID, runs[job.ID])
+	}
+	c, err := b.js.Consumer(testutil.Context(t, 5*time.Second), "TOOLQ_JOBS", "worker_slow")
+	require.NoError(t, err)
+	require.Zero(t, c.CachedInfo().NumRedelivered)
+}
