@@ -489,10 +489,10 @@ func TestQueuedJobsWaitOutsideTheirAckWait(t *testing.T) {
 				return nil, ctx.Err()
 			}
 			return json.RawMessage(`true`), nil
-		}), &worker.ToolConfig{Concurrency: 1, AckWait: 300 * time.Millisecond}))
+		}), &worker.ToolConfig{Concurrency: 2, AckWait: 300 * time.Millisecond}))
 	})
 	var jobs []*contracts.Job
-	for range 3 {
+	for range 8 {
 		jobs = append(jobs, b.submit(t, "slow", ``, nil))
 	}
 	for _, job := range jobs {
