@@ -217,6 +217,17 @@ func TestAlertsFire(t *testing.T) {
 			series: `toolq_consumer_pending{tool="exec", tenant="", instance="w1"} 0+2x30`,
 		},
 		{
+			name: "an approval waiting 15 minutes, seen by two workers", alert: "ToolqExecApprovalWaiting", at: minutes(15),
+			series: `toolq_exec_approvals_oldest_pending_seconds{tenant="ACME", instance="w1"} 0+60x20
+			         toolq_exec_approvals_oldest_pending_seconds{tenant="ACME", instance="w2"} 0+60x20
+			         toolq_exec_approvals_oldest_pending_seconds{tenant="GLOBEX", instance="w1"} 0+20x20`,
+			want: []map[string]string{{"tenant": "ACME"}},
+		},
+		{
+			name: "approvals decided within minutes", alert: "ToolqExecApprovalWaiting", at: minutes(15),
+			series: `toolq_exec_approvals_oldest_pending_seconds{tenant="", instance="w1"} 0 60 120 180 0 60 120 0 0 60 120 180 240 0 60 120`,
+		},
+		{
 			name: "an approval expired", alert: "ToolqExecApprovalsExpired", at: minutes(15),
 			series: `toolq_exec_approvals_decided_total{tenant="ACME", verdict="expired", instance="w1"} 0x10 1x10
 			         toolq_exec_approvals_decided_total{tenant="GLOBEX", verdict="approved", instance="w1"} 0+1x20`,

@@ -96,6 +96,7 @@ func registeredFamilies(t *testing.T) map[string]*family {
 	for _, v := range []string{"approved", "denied", "expired"} {
 		ex.ApprovalDecided("ACME", v)
 	}
+	ex.ApprovalsPending(map[string]int{"ACME": 1}, map[string]time.Duration{"ACME": time.Minute})
 	m.BreakerChanged("xai", "grok-4", "open")
 	s := m.Scheduler()
 	s.Fired(time.Second)
@@ -327,7 +328,7 @@ func TestAlertRules(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{
 		"ToolqDeadLettersGrowing", "ToolqJobFailureRatioHigh", "ToolqProviderBreakerOpen",
-		"ToolqConsumerLagRising", "ToolqExecApprovalsExpired", "ToolqScheduleFiringErrors",
+		"ToolqConsumerLagRising", "ToolqExecApprovalWaiting", "ToolqExecApprovalsExpired", "ToolqScheduleFiringErrors",
 		"ToolqScheduleFiringsLate",
 	}, names)
 }

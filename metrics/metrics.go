@@ -48,6 +48,12 @@ type Metrics struct {
 
 	approvals *prometheus.CounterVec
 	decisions *prometheus.CounterVec
+	// pending and pendingAge are set from exec's scans; pendingSeen holds
+	// the tenant labels set so far, so a tenant whose approvals are all
+	// decided goes back to 0 rather than keeping its last figure.
+	pending, pendingAge *prometheus.GaugeVec
+	pendingMu           sync.Mutex
+	pendingSeen         map[string]bool
 
 	breaker *prometheus.GaugeVec
 
@@ -73,7 +79,7 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 	if c.MaxTenants == 0 {
 		c.MaxTenants = 100
 	}
-	m := &Metrics{cfg: c, tenants: map[string]bool{}}
+	m := &Metrics{cfg: c, tenants: map[string]bool{}, pendingSeen: map[string]bool{}}
 	m.jobs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolq_jobs_total",
 		Help: "Deliveries of jobs that ended the job or its step, by tool, tenant and outcome (completed, failed, cancelled, denied, parked, dead_lettered).",
@@ -121,6 +127,13 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		Name: "toolq_exec_approvals_decided_total", Help: "Exec approvals decided, by tenant and verdict (approved, denied, expired).",
 	}, []string{"tenant", "verdict"})
 
+	m.pending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "toolq_exec_approvals_pending", Help: "Exec approvals waiting for a person, by tenant, as this worker last read the approvals bucket (every worker with exec reads the whole bucket).",
+	}, []string{"tenant"})
+	m.pendingAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "toolq_exec_approvals_oldest_pending_seconds", Help: "How long the oldest waiting exec approval has waited, by tenant (0 when none waits), as this worker last read the approvals bucket.",
+	}, []string{"tenant"})
+
 	m.breaker = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "toolq_provider_breaker_state", Help: "State of a provider's breaker for a model: 0 closed, 1 half-open, 2 open.",
 	}, []string{"provider", "model"})
@@ -140,7 +153,7 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 
 	for _, c := range []prometheus.Collector{
 		m.jobs, m.duration, m.queueWait, m.retries, m.requeues, m.inFlight, m.deadLetter, m.lag,
-		m.suspends, m.resumes, m.snapshotBytes, m.approvals, m.decisions, m.breaker,
+		m.suspends, m.resumes, m.snapshotBytes, m.approvals, m.decisions, m.pending, m.pendingAge, m.breaker,
 		m.firings, m.lateness, m.catchUps, m.firingErr,
 	} {
 		if err := reg.Register(c); err != nil {

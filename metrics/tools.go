@@ -46,6 +46,32 @@ func (e *Exec) ApprovalDecided(tenant, verdict string) {
 	e.m.decisions.WithLabelValues(e.m.tenant(tenant), verdict).Inc()
 }
 
+// ApprovalsPending sets the gauges of waiting approvals from exec's scan
+// of the approvals bucket (shellexec.PendingObserver): the count and the
+// oldest's wait by tenant; tenants with none waiting go to 0 (capped
+// tenants summed under OtherTenant, the oldest of them kept).
+func (e *Exec) ApprovalsPending(count map[string]int, oldest map[string]time.Duration) {
+	n, age := map[string]int{}, map[string]time.Duration{}
+	for t, c := range count {
+		l := e.m.tenant(t)
+		n[l] += c
+		age[l] = max(age[l], oldest[t])
+	}
+	e.m.pendingMu.Lock()
+	defer e.m.pendingMu.Unlock()
+	for l := range e.m.pendingSeen {
+		if _, ok := n[l]; !ok {
+			e.m.pending.WithLabelValues(l).Set(0)
+			e.m.pendingAge.WithLabelValues(l).Set(0)
+		}
+	}
+	for l, c := range n {
+		e.m.pending.WithLabelValues(l).Set(float64(c))
+		e.m.pendingAge.WithLabelValues(l).Set(age[l].Seconds())
+		e.m.pendingSeen[l] = true
+	}
+}
+
 // BreakerChanged sets a provider's breaker gauge for a model to its new
 // state ("closed", "half-open", "open"; codeexec.BreakerChange). The
 // models of a provider are bounded by codeexec itself (past 64 they share

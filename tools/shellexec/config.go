@@ -97,8 +97,11 @@ type Config struct {
 	// Logger receives structured logs; slog.Default() when nil.
 	Logger *slog.Logger
 	// Observer is told of approvals asked for and decided, for metrics
-	// (package metrics has the Prometheus one); nil for none.
-	Observer Observer
+	// (package metrics has the Prometheus one); nil for none. A
+	// PendingObserver is also told what waits, every PendingScanInterval
+	// (15 s by default).
+	Observer            Observer
+	PendingScanInterval time.Duration
 }
 
 // Observer receives exec's figures. Its methods must be safe to call at
@@ -116,6 +119,9 @@ type Observer interface {
 func (c Config) withDefaults() (Config, error) {
 	if c.ApprovalTTL == 0 {
 		c.ApprovalTTL = shell.DefaultApprovalTTL
+	}
+	if c.PendingScanInterval == 0 {
+		c.PendingScanInterval = 15 * time.Second
 	}
 	if c.ApprovalRunningNoticeMs == nil {
 		ms := shell.DefaultRunningNoticeMs
@@ -146,6 +152,8 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.Default()
 	}
 	switch {
+	case c.PendingScanInterval < 100*time.Millisecond:
+		return c, errors.New("shellexec: pending scan interval below 100ms")
 	case c.ApprovalTTL < time.Second:
 		return c, fmt.Errorf("shellexec: approval TTL %s below 1s", c.ApprovalTTL)
 	case c.DecidedTTL < c.ApprovalTTL:

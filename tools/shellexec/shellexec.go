@@ -188,6 +188,7 @@ func (s *ShellExec) start(ctx context.Context) error {
 		_ = s.stop(ctx)
 		return err
 	}
+	s.startPendingScan()
 	return nil
 }
 
