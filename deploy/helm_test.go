@@ -577,11 +577,18 @@ func TestChartRejects(t *testing.T) {
 		"bad group name":      {map[string]any{"workers": map[string]any{"Big_Group": map[string]any{"enabled": true}}}, "a group name is a DNS label"},
 		"bad approver key":    {map[string]any{"approvers": map[string]any{"publicKeys": []any{"SUAB"}}}, "not a public user or account nkey"},
 		"bad tenant name":     {map[string]any{"tenants": map[string]any{"enabled": true, "names": []any{"a.b"}}}, "not a tenant name"},
-		"unknown engine":      {map[string]any{"scheduler": map[string]any{"engine": "cron"}}, "scheduler.engine is nats or asynq"},
-		"unknown auth mode":   {map[string]any{"auth": map[string]any{"mode": "token"}}, "auth.mode is password, creds or none"},
+		"unknown engine":      {map[string]any{"scheduler": map[string]any{"engine": "cron"}}, "/scheduler/engine': value must be one of 'nats', 'asynq'"},
+		"unknown auth mode":   {map[string]any{"auth": map[string]any{"mode": "token"}}, "/auth/mode': value must be one of 'password', 'creds', 'none'"},
 		"not a provider key":  {map[string]any{"providers": map[string]any{"keys": map[string]any{"PATH": "x"}}}, "not a provider key variable"},
 		"asynq without redis": {map[string]any{"scheduler": map[string]any{"engine": "asynq"}}, "scheduler.redis.url"},
 		"a group of no tools": {map[string]any{"workers": map[string]any{"exec": map[string]any{"exec": false}}}, "workers.exec serves no tool pack"},
+		// values.schema.json: types, names and enumerations before any template runs.
+		"a misspelt value":        {map[string]any{"workerDefault": map[string]any{"replicas": 3}}, "additional properties 'workerDefault' not allowed"},
+		"a misspelt group switch": {map[string]any{"workers": map[string]any{"general": map[string]any{"codemode": true}}}, "additional properties 'codemode' not allowed"},
+		"a count as a string":     {map[string]any{"workerDefaults": map[string]any{"concurrency": "many"}}, "concurrency"},
+		"no replicas":             {map[string]any{"workers": map[string]any{"general": map[string]any{"replicas": 0}}}, "replicas"},
+		"two stream replicas":     {map[string]any{"bus": map[string]any{"streamReplicas": 2}}, "streamReplicas"},
+		"an unknown pull policy":  {map[string]any{"image": map[string]any{"pullPolicy": "Sometimes"}}, "pullPolicy"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
