@@ -59,10 +59,19 @@ func TestReadyGatesPulling(t *testing.T) {
 	ready.Store(true)
 	require.Equal(t, contracts.StatusCompleted, b.await(t, job).Data.Status)
 	ready.Store(false)
+	// Paused once no pull request is outstanding for a while: the last
+	// pull ends on its own (within a fraction of the stop timeout), and
+	// between two pulls the count is 0 for a moment too.
+	quiet := 0
 	require.Eventually(t, func() bool {
 		st, err := b.js.Consumer(testutil.Context(t, time.Second), "TOOLQ_JOBS", "worker_gated")
-		return err == nil && st.CachedInfo().NumWaiting == 0
-	}, 5*time.Second, 20*time.Millisecond, "paused: no pull requests outstanding")
+		if err == nil && st.CachedInfo().NumWaiting == 0 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		return quiet >= 15
+	}, 10*time.Second, 20*time.Millisecond, "paused: no pull requests outstanding")
 	job2 := b.submit(t, "gated", ``, nil)
 	require.Never(t, func() bool { return runs.Load() > 1 }, 300*time.Millisecond, 20*time.Millisecond)
 	ready.Store(true)

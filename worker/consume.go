@@ -2,10 +2,13 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -56,38 +59,160 @@ func (w *Worker) resume(t *tool) error {
 	if t.closed || t.cc != nil {
 		return nil
 	}
-	cc, err := t.cons.Consume(func(msg jetstream.Msg) {
-		t.sem <- struct{}{}
-		w.wg.Add(1)
-		go func() {
-			defer func() { <-t.sem; w.wg.Done() }()
-			w.process(t, msg)
-		}()
-	},
-		jetstream.PullMaxMessages(t.cfg.Concurrency),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			w.log.Debug("consume", slog.String("tool", t.name), slog.Any("err", err))
-		}))
-	if err != nil {
-		return err
-	}
-	t.cc = cc
+	p := &puller{stop: make(chan struct{}), closed: make(chan struct{})}
+	t.cc = p
+	w.wg.Add(1) // the loop dispatches jobs: Stop waits for it with them
+	go func() {
+		defer w.wg.Done()
+		w.pull(t, p)
+	}()
 	return nil
 }
 
-// pause stops pulling jobs of t; jobs already taken finish.
-func (w *Worker) pause(t *tool, closing bool) jetstream.ConsumeContext {
+// pause stops pulling jobs of t; jobs already taken finish. The returned
+// puller's Closed is closed once no pull is outstanding.
+func (w *Worker) pause(t *tool, closing bool) *puller {
 	t.ccMu.Lock()
 	defer t.ccMu.Unlock()
 	if closing {
 		t.closed = true
 	}
-	cc := t.cc
+	p := t.cc
 	t.cc = nil
-	if cc != nil {
-		cc.Drain()
+	if p != nil {
+		p.Drain()
 	}
-	return cc
+	return p
+}
+
+// pullWait is how long a pull for one job waits for it when the queue is
+// empty, and so how long a stop may wait for the last pull to end: an
+// eighth of the stop timeout, within [100 ms, 1 s] (idle, a consumer
+// costs one request a pullWait).
+func (w *Worker) pullWait() time.Duration {
+	return min(max(w.cfg.StopTimeout/8, 100*time.Millisecond), time.Second)
+}
+
+// puller is one tool's pull loop (of the tool's own stream, or a tenant
+// twin's).
+type puller struct {
+	stop   chan struct{}
+	closed chan struct{}
+	once   sync.Once
+}
+
+// Drain ends the loop after its outstanding pull.
+func (p *puller) Drain() { p.once.Do(func() { close(p.stop) }) }
+
+func (p *puller) stopping() bool {
+	select {
+	case <-p.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// Closed is closed when the loop has ended: no pull is outstanding.
+func (p *puller) Closed() <-chan struct{} { return p.closed }
+
+// pull takes jobs of t only when it has a free slot for each (the slots
+// are the tool's, shared with its tenant twins): a job is never held in a
+// buffer, waiting for a slot while its ack wait runs out. It takes what
+// is queued, up to its free slots, without waiting (a fetch that does not
+// wait); with nothing queued it waits for one job (a fetch the server
+// answers as soon as one arrives, or after pullWait). A stop lets the
+// outstanding fetch end, so no job the server sent is dropped on the way
+// (a subscription ended under an open pull request loses what is in
+// flight until its ack wait).
+func (w *Worker) pull(t *tool, p *puller) {
+	defer close(p.closed)
+	backoff := 50 * time.Millisecond
+	for {
+		if p.stopping() {
+			return
+		}
+		select {
+		case t.sem <- struct{}{}:
+		case <-p.stop:
+			return
+		}
+		n := 1
+	more:
+		for n < cap(t.sem) {
+			select {
+			case t.sem <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		err := w.fetch(t, p, n)
+		if err == nil {
+			backoff = 50 * time.Millisecond
+			continue
+		}
+		w.log.Debug("pull", slog.String("tool", t.name), slog.String("tenant", t.tenant), slog.Any("err", err))
+		select {
+		case <-p.stop:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// fetch takes up to n jobs of t holding n slots, runs each in one and
+// gives the slots it did not use back.
+func (w *Worker) fetch(t *tool, p *puller, n int) error {
+	batch, err := t.cons.FetchNoWait(n)
+	if err != nil {
+		releaseSlots(t, n)
+		return err
+	}
+	got := w.dispatch(t, batch)
+	if got > 0 || batch.Error() != nil {
+		releaseSlots(t, n-got)
+		return batch.Error()
+	}
+	if p.stopping() {
+		releaseSlots(t, n)
+		return nil
+	}
+	// Nothing queued: one slot waits for the next job.
+	releaseSlots(t, n-1)
+	batch, err = t.cons.Fetch(1, jetstream.FetchMaxWait(w.pullWait()))
+	if err != nil {
+		releaseSlots(t, 1)
+		return err
+	}
+	got = w.dispatch(t, batch)
+	releaseSlots(t, 1-got)
+	if errors.Is(batch.Error(), nats.ErrTimeout) {
+		return nil
+	}
+	return batch.Error()
+}
+
+// dispatch runs every job of batch in a slot already taken for it and
+// returns how many it ran.
+func (w *Worker) dispatch(t *tool, batch jetstream.MessageBatch) int {
+	got := 0
+	for msg := range batch.Messages() {
+		got++
+		w.wg.Add(1)
+		go func() {
+			defer func() { <-t.sem; w.wg.Done() }()
+			w.process(t, msg)
+		}()
+	}
+	return got
+}
+
+func releaseSlots(t *tool, n int) {
+	for range n {
+		<-t.sem
+	}
 }
 
 // gate pauses and resumes pulling jobs of t as its Ready function says.

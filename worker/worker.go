@@ -86,7 +86,7 @@ type tool struct {
 	obs     ToolObserver // nil without Config.Observer
 
 	ccMu   sync.Mutex
-	cc     jetstream.ConsumeContext // nil while paused
+	cc     *puller // nil while paused
 	closed bool
 }
 
@@ -361,7 +361,7 @@ func (w *Worker) stopPulling() {
 		_ = w.tenantsW.Stop()
 	}
 	w.tenantMu.Unlock()
-	var ccs []jetstream.ConsumeContext
+	var ccs []*puller
 	for _, t := range w.consumers() {
 		if cc := w.pause(t, true); cc != nil {
 			ccs = append(ccs, cc)
