@@ -188,7 +188,7 @@ func (s *ShellExec) start(ctx context.Context) error {
 		_ = s.stop(ctx)
 		return err
 	}
-	s.startPendingScan()
+	s.startPendingScan() //nolint:contextcheck // the scan loop lives until Stop and uses the loops' context (s.lctx), not Start's
 	return nil
 }
 
