@@ -39,6 +39,7 @@ type workerFlags struct {
 	snapshotKeyID   string
 	snapshotVerify  []string
 	noCodeMode      bool
+	codeModeLimits  string
 	tools           []string
 	codeModeExec    bool
 	builtins        bool
@@ -72,6 +73,7 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.snapshotKeyID, "snapshot-key-id", os.Getenv("TOOLQ_SNAPSHOT_KEY_ID"), "id of the snapshot key, written in every snapshot (default: derived from the key; env TOOLQ_SNAPSHOT_KEY_ID)")
 	cmd.Flags().StringArrayVar(&f.snapshotVerify, "snapshot-verify-key-file", nil, "an older snapshot key still accepted for resumes, as [ID=]FILE (repeatable; for key rotation)")
 	cmd.Flags().BoolVar(&f.noCodeMode, "no-code-mode", false, "do not run code-mode jobs on this worker")
+	cmd.Flags().StringVar(&f.codeModeLimits, "codemode-limits", "", `code-mode limits on this worker as JSON, @file or a file path: {"defaults": {...}, "max": {...}}, fields as a job's limits (timeoutMs, memoryLimitBytes, maxOutputBytes, maxSnapshotBytes, maxPendingToolCalls, maxTotalCpuMs, ...); a job may ask up to max (default: the defaults)`)
 	cmd.Flags().StringSliceVar(&f.tools, "tools", nil, "serve exactly these tool packs: code_execution, code_mode, exec, mcp (comma-separated or repeated; default: every pack the --no-* flags leave on)")
 	cmd.Flags().BoolVar(&f.codeModeExec, "codemode-exec", false, "let code-mode runs call the shell exec tool (toolq:core:exec), when the run's tools name it; off by default")
 	cmd.Flags().BoolVar(&f.builtins, "builtins", false, "also run the diagnostic tools noop and sleep (always on in dev)")
@@ -192,6 +194,13 @@ func (n *node) registerCodeMode(ctx context.Context, g *globals, nc *nats.Conn, 
 	ccfg := &codemode.Config{
 		Engine: n.engine, Subjects: g.subjects(), Replicas: f.replicas, Logger: g.log, LeaseTTL: f.leaseTTL,
 		ShellExec: f.codeModeExec, MaxSuspendedPerTenant: f.tenantSuspended,
+	}
+	if f.codeModeLimits != "" {
+		l, err := parseCodeModeLimits(f.codeModeLimits)
+		if err != nil {
+			return n.close(ctx, err)
+		}
+		ccfg.Limits, ccfg.MaxLimits = l.Defaults, l.Max
 	}
 	if f.obs != nil {
 		ccfg.Observer = f.obs.CodeMode()
