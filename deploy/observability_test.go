@@ -91,6 +91,7 @@ func registeredFamilies(t *testing.T) map[string]*family {
 	cm.Suspended(4096)
 	cm.Resumed(false)
 	cm.Resumed(true)
+	cm.RunsStored(map[string]int{"ACME": 2})
 	ex := m.Exec()
 	ex.ApprovalRequested("ACME")
 	for _, v := range []string{"approved", "denied", "expired"} {

@@ -54,6 +54,8 @@ type Metrics struct {
 	pending, pendingAge *prometheus.GaugeVec
 	pendingMu           sync.Mutex
 	pendingSeen         map[string]bool
+	runsStored          *prometheus.GaugeVec
+	runsSeen            map[string]bool
 
 	breaker *prometheus.GaugeVec
 
@@ -79,7 +81,7 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 	if c.MaxTenants == 0 {
 		c.MaxTenants = 100
 	}
-	m := &Metrics{cfg: c, tenants: map[string]bool{}, pendingSeen: map[string]bool{}}
+	m := &Metrics{cfg: c, tenants: map[string]bool{}, pendingSeen: map[string]bool{}, runsSeen: map[string]bool{}}
 	m.jobs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolq_jobs_total",
 		Help: "Deliveries of jobs that ended the job or its step, by tool, tenant and outcome (completed, failed, cancelled, denied, parked, dead_lettered).",
@@ -120,6 +122,10 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		Buckets: prometheus.ExponentialBuckets(1024, 4, 9), // 1 KiB .. 64 MiB
 	})
 
+	m.runsStored = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "toolq_codemode_runs_stored", Help: "Code-mode runs stored (suspended, waiting or resuming; ended in the last second included), by tenant, as this worker last counted the runs bucket.",
+	}, []string{"tenant"})
+
 	m.approvals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolq_exec_approvals_requested_total", Help: "Exec commands parked as approval_pending, by tenant.",
 	}, []string{"tenant"})
@@ -153,7 +159,7 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 
 	for _, c := range []prometheus.Collector{
 		m.jobs, m.duration, m.queueWait, m.retries, m.requeues, m.inFlight, m.deadLetter, m.lag,
-		m.suspends, m.resumes, m.snapshotBytes, m.approvals, m.decisions, m.pending, m.pendingAge, m.breaker,
+		m.suspends, m.resumes, m.snapshotBytes, m.runsStored, m.approvals, m.decisions, m.pending, m.pendingAge, m.breaker,
 		m.firings, m.lateness, m.catchUps, m.firingErr,
 	} {
 		if err := reg.Register(c); err != nil {

@@ -24,6 +24,27 @@ func (c *CodeMode) Resumed(replayed bool) {
 	c.m.resumes.WithLabelValues("restored").Inc()
 }
 
+// RunsStored sets the gauge of stored code-mode runs by tenant from code
+// mode's count of the runs bucket (codemode.RunsObserver); a tenant with
+// none left goes to 0, tenants past the cap are summed under OtherTenant.
+func (c *CodeMode) RunsStored(count map[string]int) {
+	n := map[string]int{}
+	for t, v := range count {
+		n[c.m.tenant(t)] += v
+	}
+	c.m.pendingMu.Lock()
+	defer c.m.pendingMu.Unlock()
+	for l := range c.m.runsSeen {
+		if _, ok := n[l]; !ok {
+			c.m.runsStored.WithLabelValues(l).Set(0)
+		}
+	}
+	for l, v := range n {
+		c.m.runsStored.WithLabelValues(l).Set(float64(v))
+		c.m.runsSeen[l] = true
+	}
+}
+
 // Exec is exec's observer (shellexec.Config.Observer).
 func (m *Metrics) Exec() *Exec { return &Exec{m} }
 

@@ -166,7 +166,8 @@ func (c *CodeMode) start(ctx context.Context) error {
 		return err
 	}
 	c.loops.Add(1)
-	go c.sweep(lctx) //nolint:contextcheck // the sweep lives until Stop, not until Start's ctx ends
+	go c.sweep(lctx)      //nolint:contextcheck // the sweep lives until Stop, not until Start's ctx ends
+	c.startRunsScan(lctx) //nolint:contextcheck // as the sweep
 	return nil
 }
 

@@ -72,6 +72,9 @@ type Config struct {
 	// Observer is told of suspends and resumes, for metrics (package
 	// metrics has the Prometheus one); nil for none.
 	Observer Observer
+	// RunsScanInterval is how often a RunsObserver is told how many runs
+	// are stored; 15 s by default.
+	RunsScanInterval time.Duration
 }
 
 // Observer receives code mode's figures. Its methods must be safe to call
@@ -113,6 +116,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.InlineSnapshotBytes == 0 {
 		c.InlineSnapshotBytes = 64 << 10
 	}
+	if c.RunsScanInterval == 0 {
+		c.RunsScanInterval = 15 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -124,7 +130,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("codemode: snapshot TTL %s (max %s) invalid", c.SnapshotTTL, c.MaxSnapshotTTL)
 	}
 	if c.LeaseTTL < 100*time.Millisecond || c.MaxSuspendedPerSession < 1 || c.MaxSuspendedPerTenant < 1 || c.InlineSnapshotBytes < 0 || c.MaxResultBytes < 1024 ||
-		c.SweepInterval < 10*time.Millisecond {
+		c.SweepInterval < 10*time.Millisecond || c.RunsScanInterval < 100*time.Millisecond {
 		return c, errors.New("codemode: lease TTL, suspended cap or inline size out of range")
 	}
 	return c, nil

@@ -1,13 +1,16 @@
 package codemode_test
 
 import (
+	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/metrics"
 	"github.com/toolq/toolq/tools/codemode"
 )
@@ -43,4 +46,54 @@ func TestMetricsCountSuspendAndResume(t *testing.T) {
 	h := got["toolq_codemode_snapshot_bytes"].GetHistogram()
 	require.Equal(t, uint64(1), h.GetSampleCount())
 	require.Greater(t, h.GetSampleSum(), 1024.0)
+}
+
+// TestMetricsCountStoredRuns: the stored-runs gauge follows the runs
+// bucket by tenant: two runs of the default tenant wait on a client tool,
+// then both are answered and the count goes back to 0.
+func TestMetricsCountStoredRuns(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, nil)
+	require.NoError(t, err)
+	b := setup(t)
+	b.startWorker(t, "A", &codemode.Config{Observer: m.CodeMode(), RunsScanInterval: 100 * time.Millisecond}, nil)
+	ctx := testutil.Context(t, 30*time.Second)
+	require.NoError(t, b.prod.RegisterClientTool(ctx, contracts.CatalogTool{ID: "client:app:ask", Name: "ask", Description: "Ask."}))
+	stored := func() (float64, bool) {
+		fams, err := reg.Gather()
+		require.NoError(t, err)
+		for _, f := range fams {
+			if f.GetName() == "toolq_codemode_runs_stored" {
+				for _, mt := range f.GetMetric() {
+					if mt.GetLabel()[0].GetValue() == "" {
+						return mt.GetGauge().GetValue(), true
+					}
+				}
+			}
+		}
+		return 0, false
+	}
+	var calls []struct {
+		job *contracts.Job
+		p   contracts.CodeModePendingToolCall
+	}
+	for range 2 {
+		job := b.exec(t, `return await tools.callValue("client:app:ask", {});`, map[string]any{"autoResume": true}, nil)
+		ev := b.await(t, job, true)
+		require.Equal(t, contracts.StatusWaiting, ev.Data.Status, "%s %+v", ev.Data.Result, ev.Data.Error)
+		var w contracts.CodeModeResult
+		require.NoError(t, json.Unmarshal(ev.Data.Result, &w))
+		require.Len(t, w.PendingToolCalls, 1)
+		calls = append(calls, struct {
+			job *contracts.Job
+			p   contracts.CodeModePendingToolCall
+		}{job, w.PendingToolCalls[0]})
+	}
+	require.Eventually(t, func() bool { n, _ := stored(); return n == 2 }, 10*time.Second, 50*time.Millisecond, "two runs wait")
+	for _, c := range calls {
+		require.NoError(t, b.prod.SubmitToolResult(ctx, c.job.Session, c.job.ID, c.p, json.RawMessage(`"yes"`), nil))
+		require.Equal(t, contracts.StatusCompleted, b.await(t, c.job, false).Data.Status)
+	}
+	require.Eventually(t, func() bool { n, ok := stored(); return ok && n == 0 }, 10*time.Second, 50*time.Millisecond, "none once both ended (their markers gone)")
 }
