@@ -200,6 +200,13 @@ func NestedJobID(runID, callID string) string {
 
 // ToolResultJobID is the id of the code_mode.result job that reports the
 // end of nested job jobID; deterministic, so reporting twice enqueues once.
+// HeaderCatalogSeq is the job header a requester sets on a code-mode job
+// after it registered client tools: the catalog bucket's sequence of its
+// last registration. A worker whose catalog mirror has not yet applied it
+// waits for it (bounded) before building the run's catalog, so a tool just
+// registered is in the run that follows.
+const HeaderCatalogSeq = "Toolq-Catalog-Seq"
+
 func ToolResultJobID(jobID string) string {
 	if len(jobID) > MaxIDLength-2 {
 		jobID = jobID[:MaxIDLength-2]

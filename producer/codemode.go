@@ -112,17 +112,31 @@ func (p *Producer) RegisterClientTool(ctx context.Context, t contracts.CatalogTo
 	if p.cfg.TenantAccount {
 		// Through the tenant's import: the server files the entry under
 		// t.<tenant>., where only the tenant's own runs see it.
-		if _, err := p.js.Publish(ctx, contracts.KVSubject(p.cfg.Subjects.CatalogBucket(), contracts.CatalogKey(t.ID)), data); err != nil {
+		ack, err := p.js.Publish(ctx, contracts.KVSubject(p.cfg.Subjects.CatalogBucket(), contracts.CatalogKey(t.ID)), data)
+		if err != nil {
 			return fmt.Errorf("producer: register %s: %w", t.ID, err)
 		}
+		p.noteCatalogSeq(ack.Sequence)
 		return nil
 	}
 	kv, err := p.js.KeyValue(ctx, p.cfg.Subjects.CatalogBucket())
 	if err != nil {
 		return fmt.Errorf("producer: catalog: %w", err)
 	}
-	if _, err := kv.Put(ctx, contracts.CatalogKey(t.ID), data); err != nil {
+	rev, err := kv.Put(ctx, contracts.CatalogKey(t.ID), data)
+	if err != nil {
 		return fmt.Errorf("producer: register %s: %w", t.ID, err)
 	}
+	p.noteCatalogSeq(rev)
 	return nil
+}
+
+// noteCatalogSeq keeps the highest catalog sequence this producer wrote.
+func (p *Producer) noteCatalogSeq(seq uint64) {
+	for {
+		cur := p.catalogSeq.Load()
+		if seq <= cur || p.catalogSeq.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
 }

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -71,11 +73,14 @@ type Config struct {
 // use. One ordered consumer per session followed serves every Await of that
 // session.
 type Producer struct {
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	cfg    Config
-	log    *slog.Logger
-	source string
+	// catalogSeq is the catalog bucket's sequence of this producer's last
+	// RegisterClientTool, sent with its code-mode jobs.
+	catalogSeq atomic.Uint64
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	cfg        Config
+	log        *slog.Logger
+	source     string
 
 	initMu  sync.Mutex
 	ready   bool
@@ -238,9 +243,12 @@ func (p *Producer) SubmitJob(ctx context.Context, job *contracts.Job, traceparen
 	if err != nil {
 		return contracts.Errorf(contracts.CodeInvalidInput, "job cannot be encoded: %v", err)
 	}
-	msg := &nats.Msg{Subject: p.cfg.Subjects.Job(job.Tool), Data: data}
+	msg := &nats.Msg{Subject: p.cfg.Subjects.Job(job.Tool), Data: data, Header: nats.Header{}}
 	if traceparent != "" {
-		msg.Header = nats.Header{bus.HeaderTraceParent: []string{traceparent}}
+		msg.Header.Set(bus.HeaderTraceParent, traceparent)
+	}
+	if seq := p.catalogSeq.Load(); seq > 0 && job.Tool == contracts.ToolCodeModeExec {
+		msg.Header.Set(contracts.HeaderCatalogSeq, strconv.FormatUint(seq, 10))
 	}
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()

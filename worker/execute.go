@@ -118,6 +118,7 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		ctx = withTraceParent(ctx, tp)
 	}
 	ctx = context.WithValue(ctx, attemptKey{}, attempt)
+	ctx = context.WithValue(ctx, headersKey{}, msg.Headers())
 	w.mu.Lock()
 	w.inflight[key] = &inflight{msg: msg, cancel: cancel, started: time.Now(), ackWait: t.cfg.AckWait}
 	cancelled := w.cancelledLocked(key)

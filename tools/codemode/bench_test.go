@@ -66,7 +66,6 @@ func BenchmarkSuspendedRuns(b *testing.B) {
 	if err := bb.prod.RegisterClientTool(ctx, contracts.CatalogTool{ID: "client:bench:ask", Name: "ask", Description: "Ask a person."}); err != nil {
 		b.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // let the worker's catalog mirror see the tool
 	const runs = 1000
 	in, _ := json.Marshal(map[string]any{
 		"code":   `const a = await tools.callValue("client:bench:ask", {q: "ok?"}); return a;`,

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -29,6 +30,37 @@ type catalog struct {
 	entries map[string]catalogEntry // by bucket key
 	clients map[string]int          // client tools held, by tenant
 	log     *slog.Logger
+	// applied is the bucket sequence of the last entry applied; moved is
+	// closed (and replaced) each time it grows.
+	applied uint64
+	moved   chan struct{}
+}
+
+// waitApplied waits until the mirror has applied the bucket's entry at seq
+// (a requester's registration, contracts.HeaderCatalogSeq), at most d; it
+// reports whether it has.
+func (c *catalog) waitApplied(ctx context.Context, seq uint64, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		c.mu.Lock()
+		if c.applied >= seq {
+			c.mu.Unlock()
+			return true
+		}
+		if c.moved == nil {
+			c.moved = make(chan struct{})
+		}
+		moved := c.moved
+		c.mu.Unlock()
+		select {
+		case <-moved:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // catalogEntry is one entry and the tenant it belongs to ("" for the
@@ -80,6 +112,13 @@ func (c *catalog) watch(ctx context.Context, kv jetstream.KeyValue, done func())
 func (c *catalog) apply(e jetstream.KeyValueEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if e.Revision() > c.applied {
+		c.applied = e.Revision()
+		if c.moved != nil {
+			close(c.moved)
+			c.moved = nil
+		}
+	}
 	key := e.Key()
 	if e.Operation() != jetstream.KeyValuePut {
 		c.remove(key)

@@ -100,3 +100,35 @@ func TestCatalogKeepsTenantsApart(t *testing.T) {
 	_, ok = c.lookup("", "client:app:acme_only")
 	require.False(t, ok, "the default tenant does not see ACME's client tool")
 }
+
+// TestCatalogWaitApplied: a wait for a registration's sequence returns as
+// soon as the mirror applied it, and gives up after its bound for one the
+// bucket never reaches.
+func TestCatalogWaitApplied(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartJetStream(t)
+	js := testutil.JetStream(t, srv.Connect(t))
+	ctx := testutil.Context(t, 30*time.Second)
+	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
+	kv, err := js.KeyValue(ctx, contracts.Subjects{}.CatalogBucket())
+	require.NoError(t, err)
+	c := &catalog{entries: map[string]catalogEntry{}, clients: map[string]int{}, log: slog.New(slog.DiscardHandler)}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	require.NoError(t, c.watch(wctx, kv, func() { close(done) }))
+	defer func() { cancel(); <-done }()
+
+	waited := make(chan bool, 1)
+	tool := contracts.CatalogTool{ID: "client:app:pick", Name: "pick", Description: "Pick.", Source: contracts.SourceClient}
+	data, err := json.Marshal(tool)
+	require.NoError(t, err)
+	seq, err := kv.Put(ctx, contracts.CatalogKey(tool.ID), data)
+	require.NoError(t, err)
+	go func() { waited <- c.waitApplied(ctx, seq, 10*time.Second) }()
+	require.True(t, <-waited, "the mirror reaches the registration")
+	_, ok := c.lookup("", tool.ID)
+	require.True(t, ok, "and holds the tool")
+	start := time.Now()
+	require.False(t, c.waitApplied(ctx, seq+1000, 200*time.Millisecond), "a sequence never written")
+	require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond)
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/toolq/toolq/contracts"
@@ -39,6 +40,10 @@ func (b *bridge) Call(_ context.Context, call sandbox.ToolCall) (sandbox.CallOut
 	}
 	return sandbox.CallOutcome{Pending: true}, nil
 }
+
+// catalogWait bounds how long an exec waits for its worker's catalog mirror
+// to reach the requester's last registration.
+const catalogWait = 2 * time.Second
 
 func decodeExecInput(raw json.RawMessage) (*ExecInput, error) {
 	var in ExecInput
@@ -103,6 +108,14 @@ func (c *CodeMode) handleExec(ctx context.Context, job *contracts.Job) (json.Raw
 		}
 	}
 
+	if v := worker.Header(ctx, contracts.HeaderCatalogSeq); v != "" {
+		// The requester registered client tools just before: the run's
+		// catalog is built once this worker's mirror has them (bounded; a
+		// bad or future sequence only costs this wait).
+		if seq, err := strconv.ParseUint(v, 10, 64); err == nil && !c.catalog.waitApplied(ctx, seq, catalogWait) {
+			c.log.Warn("catalog mirror behind the requester's registration", slog.String("run", job.ID), slog.Uint64("seq", seq))
+		}
+	}
 	rc := c.catalog.forRun(job.Tenant, c.cfg.Allow, c.cfg.Deny, in.Tools, c.cfg.ShellExec)
 	out, err := c.cfg.Engine.Exec(ctx, &sandbox.ExecRequest{
 		Input:   sandbox.Input{Code: in.Code, Command: in.Command, Language: in.Language},
