@@ -484,15 +484,15 @@ func TestQueuedJobsWaitOutsideTheirAckWait(t *testing.T) {
 			runs[job.ID]++
 			mu.Unlock()
 			select {
-			case <-time.After(700 * time.Millisecond): // longer than the ack wait; the running job's heartbeat keeps it
+			case <-time.After(1400 * time.Millisecond): // longer than the ack wait; the running job's heartbeat keeps it
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
 			return json.RawMessage(`true`), nil
-		}), &worker.ToolConfig{Concurrency: 2, AckWait: 300 * time.Millisecond}))
+		}), &worker.ToolConfig{Concurrency: 2, AckWait: 600 * time.Millisecond}))
 	})
 	var jobs []*contracts.Job
-	for range 8 {
+	for range 6 {
 		jobs = append(jobs, b.submit(t, "slow", ``, nil))
 	}
 	for _, job := range jobs {
