@@ -144,6 +144,12 @@ func (c *catalog) apply(e jetstream.KeyValueEntry) {
 		// Only workers write tools that run on the bus, and they write
 		// plain keys (the bus permissions let nobody else).
 		err = fmt.Errorf("a tenant's entry must be a client tool, not %q", t.Source)
+	case len(t.OutputSchema) > 0 && string(t.OutputSchema) != "{}":
+		// Compiled before any run can call the tool: a schema that does
+		// not compile would fail every result, so the tool is not offered.
+		if _, cerr := compileOutput(t.OutputSchema); cerr != nil {
+			err = fmt.Errorf("output schema: %w", cerr)
+		}
 	}
 	if err != nil {
 		c.log.Warn("catalog entry refused", slog.String("key", key), slog.Any("err", err))

@@ -132,3 +132,39 @@ func TestCatalogWaitApplied(t *testing.T) {
 	require.False(t, c.waitApplied(ctx, seq+1000, 200*time.Millisecond), "a sequence never written")
 	require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond)
 }
+
+// TestCatalogRefusesUncompilableOutputSchema: an entry whose declared
+// output schema does not compile is kept out of the catalog (no run can
+// call it), one with a valid schema is in it, and a valid entry replaced
+// by an invalid one is gone.
+func TestCatalogRefusesUncompilableOutputSchema(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartJetStream(t)
+	js := testutil.JetStream(t, srv.Connect(t))
+	ctx := testutil.Context(t, 30*time.Second)
+	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
+	kv, err := js.KeyValue(ctx, contracts.Subjects{}.CatalogBucket())
+	require.NoError(t, err)
+	c := &catalog{entries: map[string]catalogEntry{}, clients: map[string]int{}, log: slog.New(slog.DiscardHandler)}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	require.NoError(t, c.watch(wctx, kv, func() { close(done) }))
+	defer func() { cancel(); <-done }()
+	put := func(id, schema string) {
+		t.Helper()
+		data, err := json.Marshal(contracts.CatalogTool{ID: id, Name: "t", Description: "T.", Source: contracts.SourceClient, OutputSchema: json.RawMessage(schema)})
+		require.NoError(t, err)
+		seq, err := kv.Put(ctx, contracts.CatalogKey(id), data)
+		require.NoError(t, err)
+		require.True(t, c.waitApplied(ctx, seq, 10*time.Second))
+	}
+	put("client:app:good", `{"type":"object","properties":{"n":{"type":"integer"}}}`)
+	put("client:app:bad", `{"type":"nope"}`)
+	_, ok := c.lookup("", "client:app:good")
+	require.True(t, ok)
+	_, ok = c.lookup("", "client:app:bad")
+	require.False(t, ok, "an output schema that does not compile keeps the tool out")
+	put("client:app:good", `{"minimum":"ten"}`)
+	_, ok = c.lookup("", "client:app:good")
+	require.False(t, ok, "replaced by an invalid entry: gone")
+}

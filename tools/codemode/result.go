@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -169,17 +170,9 @@ func checkOutput(schema, v json.RawMessage) error {
 	if len(schema) == 0 || string(schema) == "{}" {
 		return nil
 	}
-	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(string(schema)))
+	sch, err := compileOutput(schema)
 	if err != nil {
-		return fmt.Errorf("schema unreadable: %w", err)
-	}
-	comp := jsonschema.NewCompiler()
-	if err := comp.AddResource("output.json", doc); err != nil {
 		return err
-	}
-	sch, err := comp.Compile("output.json")
-	if err != nil {
-		return fmt.Errorf("schema invalid: %w", err)
 	}
 	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(string(v)))
 	if err != nil {
@@ -193,6 +186,47 @@ func checkOutput(schema, v json.RawMessage) error {
 		return errors.New(first)
 	}
 	return nil
+}
+
+// compiledOutputs caches compiled output schemas by their text: a tool's
+// schema is compiled once per worker, not at every result. Bounded: past
+// maxCompiledOutputs it starts over.
+var compiledOutputs = struct {
+	sync.Mutex
+	by map[string]*jsonschema.Schema
+}{by: map[string]*jsonschema.Schema{}}
+
+const maxCompiledOutputs = 1024
+
+// compileOutput compiles a tool's declared output schema; an error is the
+// schema's, and such a tool is kept out of the catalog.
+func compileOutput(schema json.RawMessage) (*jsonschema.Schema, error) {
+	key := string(schema)
+	compiledOutputs.Lock()
+	sch, ok := compiledOutputs.by[key]
+	compiledOutputs.Unlock()
+	if ok {
+		return sch, nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(key))
+	if err != nil {
+		return nil, fmt.Errorf("schema unreadable: %w", err)
+	}
+	comp := jsonschema.NewCompiler()
+	if err := comp.AddResource("output.json", doc); err != nil {
+		return nil, err
+	}
+	sch, err = comp.Compile("output.json")
+	if err != nil {
+		return nil, fmt.Errorf("schema invalid: %w", err)
+	}
+	compiledOutputs.Lock()
+	if len(compiledOutputs.by) >= maxCompiledOutputs {
+		clear(compiledOutputs.by)
+	}
+	compiledOutputs.by[key] = sch
+	compiledOutputs.Unlock()
+	return sch, nil
 }
 
 var _ = slog.Default
