@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +36,44 @@ type mcpServeConfig struct {
 	ApprovalWait time.Duration
 	// Version is the server's version in the MCP handshake.
 	Version string
+	// Token, when set, is the bearer token every streamable HTTP request
+	// must carry (Authorization: Bearer <token>).
+	Token string
+}
+
+// minTokenBytes is the shortest bearer token taken.
+const minTokenBytes = 16
+
+// readToken reads --http-token-file (or TOOLQ_MCP_TOKEN when no file is
+// named): surrounding whitespace trimmed, at least minTokenBytes.
+func readToken(file string) (string, error) {
+	tok := os.Getenv("TOOLQ_MCP_TOKEN")
+	if file != "" {
+		data, err := os.ReadFile(file) //nolint:gosec // G304: the operator names the token file
+		if err != nil {
+			return "", contracts.Errorf(contracts.CodeInvalidInput, "--http-token-file: %v", err)
+		}
+		tok = string(data)
+	}
+	tok = strings.TrimSpace(tok)
+	if tok != "" && len(tok) < minTokenBytes {
+		return "", contracts.Errorf(contracts.CodeInvalidInput, "the MCP bearer token must be at least %d bytes", minTokenBytes)
+	}
+	return tok, nil
+}
+
+// bearer refuses a request without the token, in constant time; the
+// refusal names the scheme (RFC 6750).
+func bearer(token string, next http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="toolq mcp"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // mcpServe serves the model-facing tools (tooldefs) to MCP clients: each
@@ -345,7 +386,11 @@ func (s *mcpServe) serveHTTP(ctx context.Context, ln net.Listener) error {
 		Logger: s.log, SessionTimeout: 30 * time.Minute,
 	})
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", h)
+	if s.cfg.Token != "" {
+		mux.Handle("/mcp", bearer(s.cfg.Token, h))
+	} else {
+		mux.Handle("/mcp", h)
+	}
 	srv := &http.Server{
 		Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn), // not Go's default logger
@@ -368,7 +413,8 @@ func (s *mcpServe) serveHTTP(ctx context.Context, ln net.Listener) error {
 }
 
 // checkListen refuses an --http address that is not a loopback one unless
-// the operator said they accept that the endpoint has no authentication.
+// the endpoint takes a bearer token or the operator said they accept that
+// it has no authentication.
 func checkListen(addr string, remote bool) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -385,7 +431,7 @@ func checkListen(addr string, remote bool) error {
 	}
 	return contracts.Errorf(contracts.CodeInvalidInput,
 		"--http %q is not a loopback address: the MCP endpoint has no authentication of its own, and anyone who reaches it "+
-			"runs tools with this process's NATS credentials; listen on 127.0.0.1, or pass --allow-remote if something in front authenticates", addr)
+			"runs tools with this process's NATS credentials; listen on 127.0.0.1, require a bearer token (--http-token-file), or pass --allow-remote if something in front authenticates", addr)
 }
 
 func newMCPCmd(g *globals) *cobra.Command {
@@ -400,6 +446,7 @@ func newMCPServeCmd(g *globals) *cobra.Command {
 		cfg    mcpServeConfig
 		listen string
 		remote bool
+		token  string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -417,16 +464,23 @@ toolq approve command, or, when the client supports elicitation, asks its
 person to approve and waits. Cancelling a call cancels its job.
 
 Without --http it speaks MCP on stdin and stdout. --http serves streamable
-HTTP at /mcp, on a loopback address only unless --allow-remote: the endpoint
-has no authentication of its own.`,
+HTTP at /mcp. With --http-token-file (or TOOLQ_MCP_TOKEN) every request must
+carry that bearer token, and any address may be used; without one, only a
+loopback address, unless --allow-remote says something in front authenticates.`,
 		Example: `  toolq mcp serve --code-mode true
   toolq mcp serve --http 127.0.0.1:8765 --creds acme-agent.creds --tenant-account`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if listen != "" {
-				if err := checkListen(listen, remote); err != nil {
+				var err error
+				if cfg.Token, err = readToken(token); err != nil {
 					return err
 				}
+				if err := checkListen(listen, remote || cfg.Token != ""); err != nil {
+					return err
+				}
+			} else if token != "" {
+				return contracts.Errorf(contracts.CodeInvalidInput, "--http-token-file is for --http")
 			}
 			nc, err := g.connect("toolq mcp serve")
 			if err != nil {
@@ -464,7 +518,8 @@ has no authentication of its own.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "http", "", "serve streamable HTTP on this host:port (at /mcp) instead of stdio")
-	f.BoolVar(&remote, "allow-remote", false, "accept a non-loopback --http address: the endpoint has no authentication, so put one in front")
+	f.BoolVar(&remote, "allow-remote", false, "accept a non-loopback --http address without a token: something in front must authenticate")
+	f.StringVar(&token, "http-token-file", "", "require Authorization: Bearer <the file's token> on every --http request (at least 16 bytes; or env TOOLQ_MCP_TOKEN); a non-loopback address is then allowed")
 	f.StringVar(&cfg.Session, "session", "", "the toolq session of every MCP session (default: one per MCP session)")
 	f.DurationVar(&cfg.ApprovalWait, "approval-wait", 15*time.Minute, "after a person accepts an approval elicitation, how long the call waits for the job")
 	sf.register(f, tooldefs.CodeModeOn)

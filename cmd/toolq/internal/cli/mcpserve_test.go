@@ -6,6 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -351,4 +354,80 @@ func TestToolsExport(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(errOut), &e), errOut)
 		require.Equal(t, "invalid_input", e.Error.Code)
 	}
+}
+
+// bearerTransport adds a bearer token to every request.
+type bearerTransport struct{ token string }
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestMCPServeBearerToken: with a token, the streamable HTTP endpoint
+// answers 401 (naming the Bearer scheme) to a request without it or with
+// another, and serves a client that sends it; a non-loopback address is
+// then allowed, and a short token is refused.
+func TestMCPServeBearerToken(t *testing.T) {
+	t.Parallel()
+	url := startCodeModeBus(t)
+	ctx := testutil.Context(t, 60*time.Second)
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	log := slog.New(slog.DiscardHandler)
+	g := &globals{prefix: contracts.DefaultPrefix, log: log, stdout: io.Discard, stderr: io.Discard, timeout: 30 * time.Second}
+	surface, err := (&surfaceFlags{codeMode: "true"}).surface(ctx, g, nc)
+	require.NoError(t, err)
+	p, err := producer.New(nc, &producer.Config{Subjects: g.subjects(), Logger: log})
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	const token = "s3cret-token-0123456789"
+	s, err := newMCPServe(nc, p, g.subjects(), surface, log, &mcpServeConfig{Token: token})
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	sctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.serveHTTP(sctx, ln) })
+	t.Cleanup(func() { stop(); wg.Wait() })
+	endpoint := "http://" + ln.Addr().String() + "/mcp"
+
+	for _, auth := range []string{"", "Bearer wrong-token-0123456789", "Basic " + token} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, auth)
+		require.Contains(t, resp.Header.Get("WWW-Authenticate"), "Bearer")
+	}
+	client := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &sdk.StreamableClientTransport{
+		Endpoint: endpoint, MaxRetries: -1, HTTPClient: &http.Client{Transport: bearerTransport{token}},
+	}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cs.Close() })
+	res, err := cs.ListTools(ctx, nil)
+	require.NoError(t, err)
+	require.NotEmpty(t, res.Tools)
+
+	// A token allows a non-loopback address; a short one is refused.
+	tokFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokFile, []byte("short\n"), 0o600))
+	code, _, errOut := run(t, "--nats", "nats://127.0.0.1:1", "mcp", "serve", "--http", "0.0.0.0:1", "--http-token-file", tokFile)
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "at least 16 bytes")
+	require.NoError(t, os.WriteFile(tokFile, []byte(token+"\n"), 0o600))
+	code, _, errOut = run(t, "--nats", "nats://127.0.0.1:1", "--timeout", "1s", "mcp", "serve", "--http", "0.0.0.0:1", "--http-token-file", tokFile)
+	require.NotContains(t, errOut, "not a loopback address", "with a token the address passes (the connect then fails)")
+	require.NotEqual(t, 0, code)
+	code, _, errOut = run(t, "--nats", "nats://127.0.0.1:1", "mcp", "serve", "--http-token-file", tokFile)
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "is for --http")
 }
