@@ -107,6 +107,18 @@ type dlq struct {
 	stream jetstream.Stream
 }
 
+// openDLQFor opens the DLQ for cmd under the command line's timeout; done
+// closes it and ends the timeout.
+func (g *globals) openDLQFor(cmd *cobra.Command) (context.Context, *dlq, func(), error) {
+	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
+	q, err := g.openDLQ(ctx)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, q, func() { q.close(); cancel() }, nil
+}
+
 func (g *globals) openDLQ(ctx context.Context) (*dlq, error) {
 	nc, js, err := g.operatorBus(ctx, "dlq")
 	if err != nil {
@@ -289,13 +301,11 @@ func newDLQLsCmd(g *globals) *cobra.Command {
 			if err := f.check(); err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
-			defer cancel()
-			q, err := g.openDLQ(ctx)
+			ctx, q, done, err := g.openDLQFor(cmd)
 			if err != nil {
 				return err
 			}
-			defer q.close()
+			defer done()
 			var tw *tabwriter.Writer
 			if !g.jsonOut {
 				tw = tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
@@ -349,13 +359,11 @@ func newDLQShowCmd(g *globals) *cobra.Command {
 			if err := f.check(); err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
-			defer cancel()
-			q, err := g.openDLQ(ctx)
+			ctx, q, done, err := g.openDLQFor(cmd)
 			if err != nil {
 				return err
 			}
-			defer q.close()
+			defer done()
 			d, err := q.find(ctx, args[0], &f)
 			if err != nil {
 				return err
@@ -571,13 +579,11 @@ job, a truncated one) is reported and kept.`,
 			if all == (len(args) == 1) {
 				return contracts.Errorf(contracts.CodeInvalidInput, "dlq requeue: name one dead letter (SEQ or JOB_ID) or say --all")
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
-			defer cancel()
-			q, err := g.openDLQ(ctx)
+			ctx, q, closeDLQ, err := g.openDLQFor(cmd)
 			if err != nil {
 				return err
 			}
-			defer q.close()
+			defer closeDLQ()
 			events, err := bus.NewEvents(ctx, q.js, g.subjects())
 			if err != nil {
 				return err
@@ -665,13 +671,11 @@ func newDLQPurgeCmd(g *globals) *cobra.Command {
 			if all && (len(args) > 0 || f.narrowed()) {
 				return contracts.Errorf(contracts.CodeInvalidInput, "dlq purge: --all deletes every dead letter: not with a dead letter or filters")
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
-			defer cancel()
-			q, err := g.openDLQ(ctx)
+			ctx, q, done, err := g.openDLQFor(cmd)
 			if err != nil {
 				return err
 			}
-			defer q.close()
+			defer done()
 			// Exactly the dead letters counted and confirmed are deleted;
 			// one that arrives meanwhile stays.
 			var seqs []uint64
