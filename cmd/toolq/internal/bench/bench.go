@@ -205,15 +205,11 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 	}
 	if cfg.LatencyJobs > 0 {
 		cfg.phase("latency: %d jobs, one every %s", cfg.LatencyJobs, cfg.LatencyInterval)
-		lat, err := latency(ctx, p, payload, cfg.LatencyJobs, cfg.LatencyInterval)
+		lf, err := latencyFigures(ctx, p, payload, cfg, "")
 		if err != nil {
 			return nil, err
 		}
-		slices.Sort(lat)
-		figs = append(figs,
-			Figure{"e2e_latency_p50", ms(pct(lat, 50)), "ms"},
-			Figure{"e2e_latency_p99", ms(pct(lat, 99)), "ms"},
-		)
+		figs = append(figs, lf...)
 	}
 	// Last, as the worker works the backlog off afterwards: a pipeline's
 	// bulk submit (SubmitBatch, an async publish window), submit side only.
@@ -317,6 +313,20 @@ func throughput(ctx context.Context, p *producer.Producer, cfg Config, payload j
 	return []Figure{
 		{"e2e_throughput", float64(cfg.Jobs) / elapsed.Seconds(), "jobs/s"},
 		{"submit_rate", float64(cfg.Jobs) / submitted.Seconds(), "jobs/s"},
+	}, nil
+}
+
+// latencyFigures runs the latency measurement of cfg and returns its p50
+// and p99, their names ending in suffix.
+func latencyFigures(ctx context.Context, p *producer.Producer, payload json.RawMessage, cfg Config, suffix string) ([]Figure, error) {
+	lat, err := latency(ctx, p, payload, cfg.LatencyJobs, cfg.LatencyInterval)
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(lat)
+	return []Figure{
+		{"e2e_latency_p50" + suffix, ms(pct(lat, 50)), "ms"},
+		{"e2e_latency_p99" + suffix, ms(pct(lat, 99)), "ms"},
 	}, nil
 }
 

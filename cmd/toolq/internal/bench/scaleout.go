@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -110,15 +109,11 @@ func scaleOutRound(ctx context.Context, cfg ScaleOutConfig, p *producer.Producer
 	}
 	if cfg.LatencyJobs > 0 {
 		cfg.phase("latency: %d jobs, one every %s", cfg.LatencyJobs, cfg.LatencyInterval)
-		lat, err := latency(ctx, p, payload, cfg.LatencyJobs, cfg.LatencyInterval)
+		lf, err := latencyFigures(ctx, p, payload, cfg.Config, suffix)
 		if err != nil {
 			return nil, err
 		}
-		slices.Sort(lat)
-		figs = append(figs,
-			Figure{"e2e_latency_p50" + suffix, ms(pct(lat, 50)), "ms"},
-			Figure{"e2e_latency_p99" + suffix, ms(pct(lat, 99)), "ms"},
-		)
+		figs = append(figs, lf...)
 	}
 	figs = append(figs, Figure{"redelivered" + suffix, float64(redelivered(ctx, js) - redeliveredBefore), "jobs"})
 	return figs, nil
