@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolq/toolq/contracts"
@@ -106,17 +107,7 @@ func TestCatalogKeepsTenantsApart(t *testing.T) {
 // bucket never reaches.
 func TestCatalogWaitApplied(t *testing.T) {
 	t.Parallel()
-	srv := testutil.StartJetStream(t)
-	js := testutil.JetStream(t, srv.Connect(t))
-	ctx := testutil.Context(t, 30*time.Second)
-	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
-	kv, err := js.KeyValue(ctx, contracts.Subjects{}.CatalogBucket())
-	require.NoError(t, err)
-	c := &catalog{entries: map[string]catalogEntry{}, clients: map[string]int{}, log: slog.New(slog.DiscardHandler)}
-	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	require.NoError(t, c.watch(wctx, kv, func() { close(done) }))
-	defer func() { cancel(); <-done }()
+	c, kv, ctx := watchedCatalog(t)
 
 	waited := make(chan bool, 1)
 	tool := contracts.CatalogTool{ID: "client:app:pick", Name: "pick", Description: "Pick.", Source: contracts.SourceClient}
@@ -139,17 +130,7 @@ func TestCatalogWaitApplied(t *testing.T) {
 // by an invalid one is gone.
 func TestCatalogRefusesUncompilableOutputSchema(t *testing.T) {
 	t.Parallel()
-	srv := testutil.StartJetStream(t)
-	js := testutil.JetStream(t, srv.Connect(t))
-	ctx := testutil.Context(t, 30*time.Second)
-	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
-	kv, err := js.KeyValue(ctx, contracts.Subjects{}.CatalogBucket())
-	require.NoError(t, err)
-	c := &catalog{entries: map[string]catalogEntry{}, clients: map[string]int{}, log: slog.New(slog.DiscardHandler)}
-	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	require.NoError(t, c.watch(wctx, kv, func() { close(done) }))
-	defer func() { cancel(); <-done }()
+	c, kv, ctx := watchedCatalog(t)
 	put := func(id, schema string) {
 		t.Helper()
 		data, err := json.Marshal(contracts.CatalogTool{ID: id, Name: "t", Description: "T.", Source: contracts.SourceClient, OutputSchema: json.RawMessage(schema)})
@@ -167,4 +148,22 @@ func TestCatalogRefusesUncompilableOutputSchema(t *testing.T) {
 	put("client:app:good", `{"minimum":"ten"}`)
 	_, ok = c.lookup("", "client:app:good")
 	require.False(t, ok, "replaced by an invalid entry: gone")
+}
+
+// watchedCatalog is a catalog mirror watching the catalog bucket of a
+// server of its own; the watch ends with the test.
+func watchedCatalog(t *testing.T) (*catalog, jetstream.KeyValue, context.Context) {
+	t.Helper()
+	srv := testutil.StartJetStream(t)
+	js := testutil.JetStream(t, srv.Connect(t))
+	ctx := testutil.Context(t, 30*time.Second)
+	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
+	kv, err := js.KeyValue(ctx, contracts.Subjects{}.CatalogBucket())
+	require.NoError(t, err)
+	c := &catalog{entries: map[string]catalogEntry{}, clients: map[string]int{}, log: slog.New(slog.DiscardHandler)}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	require.NoError(t, c.watch(wctx, kv, func() { close(done) }))
+	t.Cleanup(func() { cancel(); <-done })
+	return c, kv, ctx
 }
