@@ -47,6 +47,9 @@ type Job struct {
 	// is never on the wire: a worker sets it from the subject the job
 	// arrived on (Subjects.TenantOf), so a body cannot claim another tenant.
 	Tenant string `json:"-"`
+	// Priority is the job's level. Like Tenant it is never on the wire: a
+	// worker sets it from the subject the job arrived on (TenantJobOf).
+	Priority Priority `json:"-"`
 }
 
 // Parent links a nested tool call to the run that made it.
@@ -105,6 +108,11 @@ func (j *Job) Validate() error {
 			return Errorf(CodeInvalidInput, "parent.tool %q is not a valid tool name", clip(j.Parent.Tool, 64))
 		}
 		if err := ValidateCallToken("parent.token", j.Parent.Token); err != nil {
+			return err
+		}
+	}
+	if j.Priority != "" {
+		if _, err := ParsePriority(string(j.Priority)); err != nil {
 			return err
 		}
 	}

@@ -121,10 +121,7 @@ func (s Subjects) Cancels() string { return s.p() + ".cancel.*" }
 // (including a wildcard such as <prefix>.jobs.> and anything whose remainder
 // is not a valid tool name, since callers build other subjects from it).
 func (s Subjects) ToolOf(subject string) string {
-	tool, ok := strings.CutPrefix(subject, s.p()+".jobs.")
-	if !ok || !ValidTool(tool) {
-		return ""
-	}
+	tool, _ := s.TenantJobOf("", subject)
 	return tool
 }
 

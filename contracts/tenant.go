@@ -61,9 +61,16 @@ type TenantRecord struct {
 	// the tenant's only approvers unless the workers also let their own
 	// approvers decide for tenants.
 	Approvers []string `json:"approvers,omitempty"`
+	// Weight is the tenant's share of each worker's slots of a tool while
+	// tenants contend for them, relative to the others' (1 to MaxTenantWeight;
+	// 0 is 1). The default tenant's weight is 1.
+	Weight int `json:"weight,omitempty"`
 	// Added is when the entry was written.
 	Added time.Time `json:"added"`
 }
+
+// MaxTenantWeight is the largest TenantRecord.Weight.
+const MaxTenantWeight = 100
 
 // TenantJob is the subject of a job for tool in tenant, as the toolq
 // account sees it: Job(tool) for the default tenant, <prefix>.t.<tenant>.jobs.<tool>
@@ -173,9 +180,6 @@ func ParseCancelKey(key string) (tenant, session, jobID string, ok bool) {
 // TenantToolOf returns the tool of a job subject of tenant in the toolq
 // account, or "" when subject is not one: ToolOf for the default tenant.
 func (s Subjects) TenantToolOf(tenant, subject string) string {
-	tool, ok := strings.CutPrefix(subject, s.tenant(tenant)+".jobs.")
-	if !ok || !ValidTool(tool) {
-		return ""
-	}
+	tool, _ := s.TenantJobOf(tenant, subject)
 	return tool
 }

@@ -110,12 +110,13 @@ func (p *Producer) SubmitBatch(ctx context.Context, jobs []*contracts.Job, opts 
 		s := sent{i: i, job: job}
 		msg, err := p.batchMsg(job)
 		if err == nil {
-			if _, seen := served[job.Tool]; !seen {
+			key := p.cfg.Subjects.JobAt(job.Tool, job.Priority)
+			if _, seen := served[key]; !seen {
 				cctx, cancel := p.withTimeout(ctx)
-				served[job.Tool] = p.checkServed(cctx, job.Tool)
+				served[key] = p.checkServed(cctx, job.Tool, job.Priority)
 				cancel()
 			}
-			err = served[job.Tool]
+			err = served[key]
 		}
 		if err == nil {
 			s.ack, err = p.js.PublishMsgAsync(msg, jetstream.WithMsgID(contracts.DedupID(job)))
@@ -144,7 +145,7 @@ func (p *Producer) batchMsg(job *contracts.Job) (*nats.Msg, error) {
 	if err != nil {
 		return nil, contracts.Errorf(contracts.CodeInvalidInput, "job cannot be encoded: %v", err)
 	}
-	return &nats.Msg{Subject: p.cfg.Subjects.Job(job.Tool), Data: data}, nil
+	return &nats.Msg{Subject: p.cfg.Subjects.JobAt(job.Tool, job.Priority), Data: data}, nil
 }
 
 func nowUTC() time.Time { return time.Now().UTC() }

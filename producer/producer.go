@@ -200,6 +200,8 @@ type SubmitOpts struct {
 	Parent *contracts.Parent
 	// TraceParent is a W3C traceparent carried in the job's headers.
 	TraceParent string
+	// Priority is the job's level (high, normal, low); "" is normal.
+	Priority contracts.Priority
 }
 
 // Submit enqueues a job for tool with input (any JSON value; empty means
@@ -213,7 +215,7 @@ func (p *Producer) Submit(ctx context.Context, tool string, input json.RawMessag
 	job := &contracts.Job{
 		ID: o.ID, Tool: tool, Session: o.Session, Input: input, Parent: o.Parent,
 		TimeoutMs: o.TimeoutMs, MaxAttempts: o.MaxAttempts, Progress: o.Progress, Meta: o.Meta,
-		CreatedAt: time.Now().UTC(),
+		CreatedAt: time.Now().UTC(), Priority: o.Priority,
 	}
 	if job.ID == "" {
 		job.ID = nuid.Next()
@@ -230,7 +232,8 @@ func (p *Producer) Submit(ctx context.Context, tool string, input json.RawMessag
 	return job, nil
 }
 
-// SubmitJob enqueues a fully built job, after validating it. It returns an
+// SubmitJob enqueues a fully built job, after validating it, on the subject
+// of its tool and Priority. It returns an
 // error matching ErrDuplicate when the bus already holds the job's id.
 func (p *Producer) SubmitJob(ctx context.Context, job *contracts.Job, traceparent string) error {
 	if err := job.Validate(); err != nil {
@@ -243,7 +246,7 @@ func (p *Producer) SubmitJob(ctx context.Context, job *contracts.Job, traceparen
 	if err != nil {
 		return contracts.Errorf(contracts.CodeInvalidInput, "job cannot be encoded: %v", err)
 	}
-	msg := &nats.Msg{Subject: p.cfg.Subjects.Job(job.Tool), Data: data, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: p.cfg.Subjects.JobAt(job.Tool, job.Priority), Data: data, Header: nats.Header{}}
 	if traceparent != "" {
 		msg.Header.Set(bus.HeaderTraceParent, traceparent)
 	}
@@ -252,7 +255,7 @@ func (p *Producer) SubmitJob(ctx context.Context, job *contracts.Job, traceparen
 	}
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
-	if err := p.checkServed(ctx, job.Tool); err != nil {
+	if err := p.checkServed(ctx, job.Tool, job.Priority); err != nil {
 		return err
 	}
 	ack, err := p.js.PublishMsg(ctx, msg, jetstream.WithMsgID(contracts.DedupID(job)))

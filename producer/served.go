@@ -22,13 +22,14 @@ import (
 // cannot be made (no stream yet, no answer) lets the submit go on: the
 // publish reports a missing stream, and a job for an unserved tool is ended
 // by the queue-time limit anyway.
-func (p *Producer) checkServed(ctx context.Context, tool string) error {
+func (p *Producer) checkServed(ctx context.Context, tool string, prio contracts.Priority) error {
 	if p.cfg.SubmitUnserved || p.cfg.TenantAccount {
 		return nil
 	}
 	now := time.Now()
+	key := p.cfg.Subjects.ConsumerNameAt(tool, prio)
 	p.servedMu.Lock()
-	until, ok := p.served[tool]
+	until, ok := p.served[key]
 	p.servedMu.Unlock()
 	if ok && now.Before(until) {
 		return nil
@@ -37,11 +38,11 @@ func (p *Producer) checkServed(ctx context.Context, tool string) error {
 	// lack consumer info (the request then gets no answer) still submits.
 	cctx, cancel := context.WithTimeout(ctx, min(p.cfg.Timeout, servedCheckTimeout))
 	defer cancel()
-	_, err := p.js.Consumer(cctx, p.cfg.Subjects.JobsStream(), p.cfg.Subjects.ConsumerName(tool))
+	_, err := p.js.Consumer(cctx, p.cfg.Subjects.JobsStream(), key)
 	switch {
 	case err == nil:
 		p.servedMu.Lock()
-		p.served[tool] = now.Add(p.cfg.ServedTTL)
+		p.served[key] = now.Add(p.cfg.ServedTTL)
 		p.servedMu.Unlock()
 		return nil
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
@@ -49,6 +50,10 @@ func (p *Producer) checkServed(ctx context.Context, tool string) error {
 		list := "none"
 		if len(served) > 0 {
 			list = strings.Join(served, ", ")
+		}
+		if prio != "" && prio != contracts.PriorityNormal && slices.Contains(served, tool) {
+			return fmt.Errorf("%w: %w", ErrToolNotServed,
+				contracts.Errorf(contracts.CodeInvalidInput, "no worker serves tool %q at priority %s (its workers predate priorities)", tool, prio))
 		}
 		return fmt.Errorf("%w: %w", ErrToolNotServed,
 			contracts.Errorf(contracts.CodeInvalidInput, "no worker serves tool %q; served: %s", tool, list))
@@ -58,7 +63,7 @@ func (p *Producer) checkServed(ctx context.Context, tool string) error {
 		p.log.Warn("cannot check that a worker serves the tool; submitting anyway (may the user read $JS.API.CONSUMER.INFO of the jobs stream?)",
 			slog.String("tool", tool), slog.Any("err", err))
 		p.servedMu.Lock()
-		p.served[tool] = now.Add(p.cfg.ServedTTL)
+		p.served[key] = now.Add(p.cfg.ServedTTL)
 		p.servedMu.Unlock()
 		return nil
 	}

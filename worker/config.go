@@ -86,9 +86,14 @@ type ToolConfig struct {
 	// AckWait is how long JetStream waits for an ack or a heartbeat before it
 	// redelivers; 30 s by default. Running jobs send InProgress every AckWait/3.
 	AckWait time.Duration
-	// MaxAckPending bounds the unacknowledged jobs of this tool across every
-	// worker; 4096 by default.
+	// MaxAckPending bounds the unacknowledged jobs of this tool, of each
+	// priority level, across every worker; 4096 by default.
 	MaxAckPending int
+	// NormalOnly takes the tool's jobs at normal priority only: no consumer
+	// is made for the other levels. For tools whose subject a permission
+	// guards (exec.decide, code_mode.result), where a level's subject would
+	// be a way around a deny rule.
+	NormalOnly bool
 	// Retry is the retry policy.
 	Retry RetryPolicy
 	// Ready, when set, gates pulling: while it returns false (say, every

@@ -10,27 +10,35 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/contracts"
 )
 
 func (w *Worker) startTool(ctx context.Context, t *tool) error {
-	stream, filter := w.cfg.Subjects.JobsStream(), w.cfg.Subjects.Job(t.name)
+	stream := w.cfg.Subjects.JobsStream()
 	if t.tenant != "" {
-		stream, filter = w.cfg.Subjects.TenantJobsStream(t.tenant), w.cfg.Subjects.TenantJob(t.tenant, t.name)
+		stream = w.cfg.Subjects.TenantJobsStream(t.tenant)
 	}
-	cons, err := w.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Durable:       w.cfg.Subjects.ConsumerName(t.name),
-		Description:   "toolq workers of " + t.name,
-		FilterSubject: filter,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       t.cfg.AckWait,
-		MaxDeliver:    t.cfg.Retry.MaxAttempts,
-		MaxAckPending: t.cfg.MaxAckPending,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return fmt.Errorf("worker: consumer for %s: %w", t.name, err)
+	t.levels = t.levels[:0]
+	for _, p := range contracts.Priorities {
+		if t.cfg.NormalOnly && p != contracts.PriorityNormal {
+			continue
+		}
+		cons, err := w.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+			Durable:       w.cfg.Subjects.ConsumerNameAt(t.name, p),
+			Description:   "toolq workers of " + t.name + " at priority " + string(p),
+			FilterSubject: w.cfg.Subjects.TenantJobAt(t.tenant, t.name, p),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       t.cfg.AckWait,
+			MaxDeliver:    t.cfg.Retry.MaxAttempts,
+			MaxAckPending: t.cfg.MaxAckPending,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		})
+		if err != nil {
+			return fmt.Errorf("worker: consumer for %s at %s: %w", t.name, p, err)
+		}
+		t.levels = append(t.levels, &level{prio: p, cons: cons})
 	}
-	t.cons = cons
 	if w.cfg.Observer != nil && t.obs == nil {
 		t.obs = w.cfg.Observer.Tool(t.name, t.tenant)
 	}
@@ -43,6 +51,12 @@ func (w *Worker) startTool(ctx context.Context, t *tool) error {
 		return fmt.Errorf("worker: consume %s: %w", t.name, err)
 	}
 	return nil
+}
+
+// level is one priority level of a tool (or tenant twin): its consumer.
+type level struct {
+	prio contracts.Priority
+	cons jetstream.Consumer
 }
 
 // reopen lets a tool closed by an earlier Stop pull again.
@@ -61,11 +75,16 @@ func (w *Worker) resume(t *tool) error {
 	}
 	p := &puller{stop: make(chan struct{}), closed: make(chan struct{})}
 	t.cc = p
-	w.wg.Add(1) // the loop dispatches jobs: Stop waits for it with them
-	go func() {
-		defer w.wg.Done()
-		w.pull(t, p)
-	}()
+	p.loops.Add(len(t.levels))
+	for _, l := range t.levels {
+		w.wg.Add(1) // the loop dispatches jobs: Stop waits for it with them
+		go func() {
+			defer w.wg.Done()
+			defer p.loops.Done()
+			w.pull(t, l, p)
+		}()
+	}
+	go func() { p.loops.Wait(); close(p.closed) }()
 	return nil
 }
 
@@ -93,12 +112,13 @@ func (w *Worker) pullWait() time.Duration {
 	return min(max(w.cfg.StopTimeout/8, 100*time.Millisecond), time.Second)
 }
 
-// puller is one tool's pull loop (of the tool's own stream, or a tenant
-// twin's).
+// puller is one tool's pull loops, one a level (of the tool's own stream,
+// or a tenant twin's).
 type puller struct {
 	stop   chan struct{}
 	closed chan struct{}
 	once   sync.Once
+	loops  sync.WaitGroup
 }
 
 // Drain ends the loop after its outstanding pull.
@@ -113,46 +133,37 @@ func (p *puller) stopping() bool {
 	}
 }
 
-// Closed is closed when the loop has ended: no pull is outstanding.
+// Closed is closed when the loops have ended: no pull is outstanding.
 func (p *puller) Closed() <-chan struct{} { return p.closed }
 
-// pull takes jobs of t only when it has a free slot for each (the slots
-// are the tool's, shared with its tenant twins): a job is never held in a
-// buffer, waiting for a slot while its ack wait runs out. It takes what
-// is queued, up to its free slots, without waiting (a fetch that does not
-// wait); with nothing queued it waits for one job (a fetch the server
-// answers as soon as one arrives, or after pullWait). A stop lets the
-// outstanding fetch end, so no job the server sent is dropped on the way
-// (a subscription ended under an open pull request loses what is in
-// flight until its ack wait).
-func (w *Worker) pull(t *tool, p *puller) {
-	defer close(p.closed)
+// pull takes jobs of one level of t only when it has a free slot for each
+// (the slots are the tool's, shared with its other levels and tenant
+// twins, and granted in the order of slots): a job is never left in a
+// buffer while its ack wait runs out. With a slot, it takes what is queued,
+// up to the slots nobody else waits for, without waiting (a fetch that
+// does not wait). With nothing queued, it gives the slot back and waits
+// for one job holding none (a fetch the server answers as soon as one
+// arrives, or after pullWait), so an idle level or tenant keeps no slot
+// from busy ones. A job that arrives so is held, with heartbeats, until
+// its slot is granted. A stop lets the outstanding fetch end, so no job
+// the server sent is dropped on the way (a subscription ended under an
+// open pull request loses what is in flight until its ack wait).
+func (w *Worker) pull(t *tool, l *level, p *puller) {
 	backoff := 50 * time.Millisecond
-	for {
-		if p.stopping() {
-			return
+	var next *slotWaiter // the loop's place in line for its next slot
+	defer func() {
+		if next != nil {
+			t.slots.cancel(next)
 		}
-		select {
-		case t.sem <- struct{}{}:
-		case <-p.stop:
-			return
-		}
-		n := 1
-	more:
-		for n < cap(t.sem) {
-			select {
-			case t.sem <- struct{}{}:
-				n++
-			default:
-				break more
-			}
-		}
-		err := w.fetch(t, p, n)
+	}()
+	for !p.stopping() {
+		err := w.fetch(t, l, p, &next)
 		if err == nil {
 			backoff = 50 * time.Millisecond
 			continue
 		}
-		w.log.Debug("pull", slog.String("tool", t.name), slog.String("tenant", t.tenant), slog.Any("err", err))
+		w.log.Debug("pull", slog.String("tool", t.name), slog.String("tenant", t.tenant),
+			slog.String("priority", string(l.prio)), slog.Any("err", err))
 		select {
 		case <-p.stop:
 			return
@@ -162,32 +173,57 @@ func (w *Worker) pull(t *tool, p *puller) {
 	}
 }
 
-// fetch takes up to n jobs of t holding n slots, runs each in one and
-// gives the slots it did not use back.
-func (w *Worker) fetch(t *tool, p *puller, n int) error {
-	batch, err := t.cons.FetchNoWait(n)
-	if err != nil {
-		releaseSlots(t, n)
-		return err
+func (t *tool) class(l *level, held bool) slotClass {
+	return slotClass{tenant: t.tenant, weight: int(t.weight.Load()), level: l.prio, held: held}
+}
+
+// fetch takes the jobs of l that it has slots for, and runs each in one.
+// While they run, the loop is already in line for its next slot (*next), so
+// a busy level does not lose the slot its job frees to a lower one only
+// because its loop was not back in line yet.
+func (w *Worker) fetch(t *tool, l *level, p *puller, next **slotWaiter) error {
+	c := t.class(l, false)
+	if *next == nil {
+		*next = t.slots.enqueue(c)
 	}
-	got := w.dispatch(t, batch)
-	if got > 0 || batch.Error() != nil {
-		releaseSlots(t, n-got)
-		return batch.Error()
-	}
-	if p.stopping() {
-		releaseSlots(t, n)
+	granted := t.slots.wait(*next, p.stop, 0, nil)
+	*next = nil
+	if !granted {
 		return nil
 	}
-	// Nothing queued: one slot waits for the next job.
-	releaseSlots(t, n-1)
-	batch, err = t.cons.Fetch(1, jetstream.FetchMaxWait(w.pullWait()))
+	queued := t.slots.enqueue(c)
+	n := 1 + t.slots.tryAcquire(c, t.slots.size-1, queued)
+	batch, err := l.cons.FetchNoWait(n)
 	if err != nil {
-		releaseSlots(t, 1)
+		t.slots.release(n)
+		t.slots.cancel(queued)
 		return err
 	}
-	got = w.dispatch(t, batch)
-	releaseSlots(t, 1-got)
+	got := w.dispatch(t, l, batch)
+	t.slots.release(n - got)
+	if got > 0 || batch.Error() != nil {
+		*next = queued
+		return batch.Error()
+	}
+	t.slots.cancel(queued)
+	if p.stopping() {
+		return nil
+	}
+	// Nothing queued: wait for the next job holding no slot.
+	batch, err = l.cons.Fetch(1, jetstream.FetchMaxWait(w.pullWait()))
+	if err != nil {
+		return err
+	}
+	for msg := range batch.Messages() {
+		beat := func() { _ = msg.InProgress() }
+		if !t.slots.acquire(p.stop, t.class(l, true), t.cfg.AckWait/3, beat) {
+			// Stopping before a slot was free: another worker takes it
+			// now rather than after its ack wait.
+			_ = msg.Nak()
+			continue
+		}
+		w.run(t, l, msg)
+	}
 	if errors.Is(batch.Error(), nats.ErrTimeout) {
 		return nil
 	}
@@ -196,23 +232,23 @@ func (w *Worker) fetch(t *tool, p *puller, n int) error {
 
 // dispatch runs every job of batch in a slot already taken for it and
 // returns how many it ran.
-func (w *Worker) dispatch(t *tool, batch jetstream.MessageBatch) int {
+func (w *Worker) dispatch(t *tool, l *level, batch jetstream.MessageBatch) int {
 	got := 0
 	for msg := range batch.Messages() {
 		got++
-		w.wg.Add(1)
-		go func() {
-			defer func() { <-t.sem; w.wg.Done() }()
-			w.process(t, msg)
-		}()
+		w.run(t, l, msg)
 	}
 	return got
 }
 
-func releaseSlots(t *tool, n int) {
-	for range n {
-		<-t.sem
-	}
+// run runs one job in a slot taken for it, and gives the slot back.
+func (w *Worker) run(t *tool, l *level, msg jetstream.Msg) {
+	t.slots.started(t.class(l, false))
+	w.wg.Add(1)
+	go func() {
+		defer func() { t.slots.release(1); w.wg.Done() }()
+		w.process(t, l.prio, msg)
+	}()
 }
 
 // gate pauses and resumes pulling jobs of t as its Ready function says.

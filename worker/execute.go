@@ -23,7 +23,7 @@ var (
 )
 
 // process runs one delivery of a job from start to ack.
-func (w *Worker) process(t *tool, msg jetstream.Msg) {
+func (w *Worker) process(t *tool, prio contracts.Priority, msg jetstream.Msg) {
 	md, err := msg.Metadata()
 	if err != nil {
 		w.log.Error("job without metadata", slog.Any("err", err))
@@ -48,6 +48,7 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		} else {
 			err = checkParent(job)
 		}
+		job.Priority = prio
 	}
 	if err == nil && job.Tool != t.name {
 		err = contracts.Errorf(contracts.CodeInvalidInput, "job tool %q does not match subject tool %q", job.Tool, t.name)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/contracts"
 )
 
 // Observer is told what the worker does, for metrics. The worker names no
@@ -142,7 +144,9 @@ func (w *Worker) sampleLag() {
 func (w *Worker) lags(streams map[string]jetstream.Stream) []ConsumerLag {
 	byConsumer := make(map[string]string, len(w.tools))
 	for name := range w.tools {
-		byConsumer[w.cfg.Subjects.ConsumerName(name)] = name
+		for _, p := range contracts.Priorities {
+			byConsumer[w.cfg.Subjects.ConsumerNameAt(name, p)] = name
+		}
 	}
 	tenants := []string{""}
 	w.tenantMu.Lock()
@@ -176,11 +180,22 @@ func (w *Worker) streamLags(ctx context.Context, streams map[string]jetstream.St
 		}
 		streams[tenant] = s
 	}
+	// One figure a tool: the sum over its levels' consumers.
+	at := map[string]int{}
 	l := s.ListConsumers(ctx)
 	for info := range l.Info() {
-		if name, ok := byConsumer[info.Name]; ok {
-			out = append(out, ConsumerLag{Tool: name, Tenant: tenant, Pending: info.NumPending, AckPending: uint64(info.NumAckPending)}) //nolint:gosec // G115: a count, never negative
+		name, ok := byConsumer[info.Name]
+		if !ok {
+			continue
 		}
+		i, seen := at[name]
+		if !seen {
+			i = len(out)
+			at[name] = i
+			out = append(out, ConsumerLag{Tool: name, Tenant: tenant})
+		}
+		out[i].Pending += info.NumPending
+		out[i].AckPending += uint64(info.NumAckPending) //nolint:gosec // G115: a count, never negative
 	}
 	if err := l.Err(); err != nil {
 		w.log.Debug("lag: consumers unreadable", slog.String("tenant", tenant), slog.Any("err", err))

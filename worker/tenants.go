@@ -86,12 +86,16 @@ func (w *Worker) tenantChanged(ctx context.Context, e jetstream.KeyValueEntry) e
 	if err := bus.EnsureTenant(ctx, w.js, cfg, rec); err != nil {
 		return fmt.Errorf("worker: tenant %s: %w", rec.Name, err)
 	}
-	if _, served := w.twins[rec.Name]; served {
-		return nil // a limit changed: the stream update above is all
+	if twins, served := w.twins[rec.Name]; served {
+		for _, t := range twins {
+			t.weight.Store(int32(rec.Weight)) //nolint:gosec // G115: at most MaxTenantWeight
+		}
+		return nil // a limit or the weight changed: the stream update above is all
 	}
 	twins := make([]*tool, 0, len(w.tools))
 	for _, t := range w.tools {
-		twin := &tool{name: t.name, handler: t.handler, cfg: t.cfg, sem: t.sem, tenant: rec.Name}
+		twin := &tool{name: t.name, handler: t.handler, cfg: t.cfg, slots: t.slots, tenant: rec.Name}
+		twin.weight.Store(int32(rec.Weight)) //nolint:gosec // G115: at most MaxTenantWeight
 		if err := w.startTool(ctx, twin); err != nil {
 			for _, started := range twins {
 				if cc := w.pause(started, true); cc != nil {
@@ -116,6 +120,9 @@ func (w *Worker) removeTenant(name string) {
 		if cc := w.pause(t, true); cc != nil {
 			<-cc.Closed()
 		}
+	}
+	if len(twins) > 0 {
+		twins[0].slots.forget(name)
 	}
 	if twins != nil {
 		w.log.Info("tenant removed: no longer pulling its jobs", slog.String("tenant", name))

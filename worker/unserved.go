@@ -93,20 +93,23 @@ func (w *Worker) sweepStream(name, tenant string) {
 		return
 	}
 	for subject := range info.State.Subjects {
-		tool := w.cfg.Subjects.TenantToolOf(tenant, subject)
+		tool, prio := w.cfg.Subjects.TenantJobOf(tenant, subject)
 		limit := w.maxQueueTime(tool)
-		if tool == "" || limit == 0 || w.served(ctx, name, tool) {
+		if tool == "" || limit == 0 || w.served(ctx, name, tool, prio, limit) {
 			continue
 		}
 		w.sweepSubject(ctx, stream, tenant, tool, subject, limit)
 	}
 }
 
-// served reports whether a worker is on tool's consumer: it has pull
-// requests waiting or jobs in flight. A consumer with neither, or none at
-// all, has nobody taking its jobs. Answers it cannot read count as served.
-func (w *Worker) served(ctx context.Context, stream, tool string) bool {
-	cons, err := w.js.Consumer(ctx, stream, w.cfg.Subjects.ConsumerName(tool))
+// served reports whether a worker is on the consumer of tool's level prio:
+// it has pull requests waiting, jobs in flight, or delivered one within
+// limit (a loop that waits for a slot while other tenants' or levels' jobs
+// fill them has no request out, but is served). A consumer with none of
+// these, or none at all, has nobody taking its jobs. Answers it cannot
+// read count as served.
+func (w *Worker) served(ctx context.Context, stream, tool string, prio contracts.Priority, limit time.Duration) bool {
+	cons, err := w.js.Consumer(ctx, stream, w.cfg.Subjects.ConsumerNameAt(tool, prio))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return false
 	}
@@ -114,6 +117,9 @@ func (w *Worker) served(ctx context.Context, stream, tool string) bool {
 		return true
 	}
 	ci := cons.CachedInfo()
+	if last := ci.Delivered.Last; last != nil && time.Since(*last) < limit {
+		return true
+	}
 	return ci.NumWaiting > 0 || ci.NumAckPending > 0
 }
 

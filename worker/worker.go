@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -80,9 +81,10 @@ type tool struct {
 	name    string
 	handler Handler
 	cfg     ToolConfig
-	sem     chan struct{}
-	cons    jetstream.Consumer
+	slots   *slots       // shared with the tool's tenant twins
+	levels  []*level     // a consumer for each priority level
 	tenant  string       // a twin's named tenant, whose jobs stream it consumes; "" for the tool itself
+	weight  atomic.Int32 // the tenant's weight (TenantRecord.Weight), updated in place
 	obs     ToolObserver // nil without Config.Observer
 
 	ccMu   sync.Mutex
@@ -163,7 +165,7 @@ func (w *Worker) Register(name string, h Handler, cfg *ToolConfig) error {
 	if _, ok := w.tools[name]; ok {
 		return fmt.Errorf("%w: %s", ErrDuplicateTool, name)
 	}
-	w.tools[name] = &tool{name: name, handler: h, cfg: tc, sem: make(chan struct{}, tc.Concurrency)}
+	w.tools[name] = &tool{name: name, handler: h, cfg: tc, slots: newSlots(tc.Concurrency)}
 	return nil
 }
 

@@ -127,6 +127,9 @@ func DecodeTenant(key string, data []byte) (contracts.TenantRecord, error) {
 	if rec.QueueLimit < 0 {
 		return rec, fmt.Errorf("bus: tenant %s: negative queue limit", key)
 	}
+	if rec.Weight < 0 || rec.Weight > contracts.MaxTenantWeight {
+		return rec, fmt.Errorf("bus: tenant %s: weight %d out of range [0, %d]", key, rec.Weight, contracts.MaxTenantWeight)
+	}
 	if err := CheckApprovers(rec.Approvers); err != nil {
 		return rec, fmt.Errorf("bus: tenant %s: %w", key, err)
 	}

@@ -74,7 +74,7 @@ func Register(w *worker.Worker, nc *nats.Conn, cfg *Config) (*CodeMode, error) {
 		// snapshots, nested jobs and events are that tenant's.
 		{contracts.ToolCodeModeExec, cm.handleExec, &worker.ToolConfig{Timeout: time.Duration(c.MaxLimits.TimeoutMs+c.Limits.TimeoutMs)*time.Millisecond + time.Minute}},
 		{contracts.ToolCodeModeWait, cm.handleWait, &worker.ToolConfig{Timeout: long, Concurrency: 256}},
-		{contracts.ToolCodeModeResult, cm.handleResult, &worker.ToolConfig{Retry: worker.RetryPolicy{MaxAttempts: 20, InitialInterval: 100 * time.Millisecond, MaxInterval: 2 * time.Second}}},
+		{contracts.ToolCodeModeResult, cm.handleResult, &worker.ToolConfig{NormalOnly: true, Retry: worker.RetryPolicy{MaxAttempts: 20, InitialInterval: 100 * time.Millisecond, MaxInterval: 2 * time.Second}}},
 	}
 	for _, t := range tools {
 		if err := w.Register(t.name, t.h, t.tc); err != nil {

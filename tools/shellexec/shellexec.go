@@ -111,7 +111,8 @@ func Register(w *worker.Worker, nc *nats.Conn, cfg *Config) (*ShellExec, error) 
 	// back for another worker).
 	if len(c.Approvers) > 0 || c.Tenants {
 		if err := w.Register(ToolDecide, worker.HandlerFunc(s.handleDecide), &worker.ToolConfig{
-			Timeout: long, Concurrency: 64,
+			NormalOnly: true, // the approvers' deny rules name toolq.jobs.exec.decide
+			Timeout:    long, Concurrency: 64,
 			Retry: worker.RetryPolicy{MaxAttempts: 10, InitialInterval: 200 * time.Millisecond, MaxInterval: 5 * time.Second},
 		}); err != nil {
 			return nil, err

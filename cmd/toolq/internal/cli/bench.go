@@ -21,6 +21,8 @@ func newBenchCmd(g *globals) *cobra.Command {
 		tenants, mx bool
 		rounds      int
 		workers     []int
+		scenario    string
+		flow        = bench.FlowDefaults()
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -41,6 +43,14 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 			cfg.Phase = func(phase string) { g.tell("bench: %s", phase) }
 			if len(workers) > 0 {
 				return scaleOut(cmd, g, cfg, workers)
+			}
+			if scenario != "" {
+				flow.Phase = cfg.Phase
+				figs, err := bench.RunScenario(cmd.Context(), scenario, flow)
+				if err != nil {
+					return err
+				}
+				return printFigures(g, figs)
 			}
 			figs, err := bench.Run(cmd.Context(), cfg)
 			if err != nil {
@@ -145,6 +155,10 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 	f.BoolVar(&tenants, "tenants", false, "run again with the jobs submitted and followed through a tenant account's imports and print both, with their throughput ratio")
 	f.BoolVar(&mx, "metrics", false, "run again with the worker's Prometheus metrics on, in turns with off, and print both medians and the median on/off throughput ratio")
 	f.IntVar(&rounds, "metrics-rounds", 3, "rounds of off and on with --metrics")
+	f.StringVar(&scenario, "scenario", "", "run one flow-control scenario instead: fairness (a quiet tenant's start delay behind a noisy tenant's backlog, and the same with fairness off) or priority (a high job's start delay behind a backlog of normal ones, and a normal one's)")
+	f.IntVar(&flow.Backlog, "scenario-backlog", flow.Backlog, "jobs queued ahead in a --scenario")
+	f.IntVar(&flow.Probes, "scenario-probes", flow.Probes, "the quiet tenant's timed jobs in --scenario fairness")
+	f.IntVar(&flow.Concurrency, "scenario-concurrency", flow.Concurrency, "the worker's slots in a --scenario")
 	f.IntSliceVar(&workers, "workers", nil, "measure against the server of --nats with this many `toolq worker` processes instead, one round per count (e.g. 1,2,4); figures end in _workers_N")
 	return cmd
 }
@@ -220,4 +234,20 @@ func readAnchors(path string) (map[string]float64, error) {
 		out[strings.TrimPrefix(fs[0], "anchor.")] = v
 	}
 	return out, sc.Err()
+}
+
+// printFigures prints figures as the bench does: one line each, or one
+// JSON document with --json.
+func printFigures(g *globals, figs []bench.Figure) error {
+	if g.jsonOut {
+		out := make([]map[string]any, 0, len(figs))
+		for _, f := range figs {
+			out = append(out, map[string]any{"name": "bench." + f.Name, "value": f.Value, "unit": f.Unit})
+		}
+		return g.printJSON(map[string]any{"figures": out})
+	}
+	for _, f := range figs {
+		fmt.Fprintln(g.stdout, f)
+	}
+	return nil
 }

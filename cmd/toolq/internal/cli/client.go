@@ -31,7 +31,7 @@ func (g *globals) producer(session string) (*producer.Producer, func(), error) {
 func newSubmitCmd(g *globals) *cobra.Command {
 	var (
 		tool, input, session, id string
-		from                     string
+		from, priority           string
 		wait, progress           bool
 		timeoutMs                int64
 		attempts                 int
@@ -41,9 +41,14 @@ func newSubmitCmd(g *globals) *cobra.Command {
 		Short: "Submit a job; with --wait, print its terminal event",
 		Example: `  toolq submit --tool noop --input '{"a":1}' --wait
   toolq submit --tool sleep --input @job.json --session agent-7
+  toolq submit --tool code_mode.exec --input @run.json --priority high
   toolq submit --from jobs.jsonl --tool code_execution   # one job a line: {"input":…} (and id, tool, session, meta)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			prio, err := contracts.ParsePriority(priority)
+			if err != nil {
+				return err
+			}
 			if from != "" {
 				if input != "" || id != "" || wait {
 					return contracts.Errorf(contracts.CodeInvalidInput, "--from takes its jobs from the file: not with --input, --id or --wait")
@@ -53,7 +58,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 					return err
 				}
 				defer closeFn()
-				return submitFrom(cmd.Context(), g, p, from, batchLine{Tool: tool, Session: session})
+				return submitFrom(cmd.Context(), g, p, from, batchLine{Tool: tool, Session: session, Priority: string(prio)})
 			}
 			if tool == "" {
 				return contracts.Errorf(contracts.CodeInvalidInput, "required flag(s) \"tool\" not set")
@@ -69,7 +74,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 			defer closeFn()
 			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 			defer cancel()
-			job, err := p.Submit(ctx, tool, in, &producer.SubmitOpts{ID: id, TimeoutMs: timeoutMs, MaxAttempts: attempts, Progress: progress})
+			job, err := p.Submit(ctx, tool, in, &producer.SubmitOpts{ID: id, TimeoutMs: timeoutMs, MaxAttempts: attempts, Progress: progress, Priority: prio})
 			if err != nil {
 				return err
 			}
@@ -102,6 +107,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 	f.BoolVar(&progress, "progress", false, "ask for intermediate events")
 	f.Int64Var(&timeoutMs, "job-timeout-ms", 0, "timeout of one attempt (default: the tool's)")
 	f.IntVar(&attempts, "max-attempts", 0, "most attempts (default: the tool's)")
+	f.StringVar(&priority, "priority", "normal", "priority level: high, normal or low (high jobs start before normal ones queued earlier; low ones get at least one slot in five)")
 	f.StringVar(&from, "from", "", "submit every job of a JSON Lines file (progress on stderr; a rerun goes on where it stopped and submits nothing twice)")
 	return cmd
 }

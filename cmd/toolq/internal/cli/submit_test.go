@@ -133,3 +133,22 @@ func TestSubmitFromFile(t *testing.T) {
 	code, _, errOut = run(t, "--nats", url, "submit", "--input", "{}")
 	require.Equal(t, 2, code, "--tool is still required without --from: %s", errOut)
 }
+
+// `submit --priority` puts the job on its level's subject, where a worker
+// runs it; an unknown level is refused before anything is sent.
+func TestSubmitPriority(t *testing.T) {
+	t.Parallel()
+	url := startBus(t)
+	for _, prio := range []string{"high", "low", "normal"} {
+		code, out, errOut := run(t, "--nats", url, "submit", "--tool", "noop", "--input", `{"p":"`+prio+`"}`, "--priority", prio, "--wait")
+		require.Equal(t, 0, code, "%s: %s", prio, errOut)
+		var ev contracts.Event
+		require.NoError(t, json.Unmarshal([]byte(out), &ev))
+		require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
+		require.JSONEq(t, `{"p":"`+prio+`"}`, string(ev.Data.Result))
+	}
+	code, out, errOut := run(t, "--nats", url, "submit", "--tool", "noop", "--priority", "urgent")
+	require.Equal(t, 2, code, errOut)
+	require.Empty(t, out)
+	require.Contains(t, errOut, `invalid_input: priority "urgent" is not one of high, normal, low`)
+}

@@ -24,6 +24,8 @@ type batchLine struct {
 	Session string            `json:"session,omitempty"`
 	Input   json.RawMessage   `json:"input,omitempty"`
 	Meta    map[string]string `json:"meta,omitempty"`
+	// Priority is high, normal or low; --priority's when empty.
+	Priority string `json:"priority,omitempty"`
 }
 
 // maxBatchLine bounds one line of a batch file (a job's input included).
@@ -113,13 +115,20 @@ func readBatch(path string, def batchLine) ([]*contracts.Job, error) {
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&l); err != nil {
-			return nil, contracts.Errorf(contracts.CodeInvalidInput, "--from %s: line %d is not a job (id, tool, session, input, meta): %v", path, n, err)
+			return nil, contracts.Errorf(contracts.CodeInvalidInput, "--from %s: line %d is not a job (id, tool, session, input, meta, priority): %v", path, n, err)
 		}
 		if l.Tool == "" {
 			l.Tool = def.Tool
 		}
 		if l.Session == "" {
 			l.Session = def.Session
+		}
+		if l.Priority == "" {
+			l.Priority = def.Priority
+		}
+		prio, err := contracts.ParsePriority(l.Priority)
+		if err != nil {
+			return nil, contracts.Errorf(contracts.CodeInvalidInput, "--from %s: line %d: %v", path, n, err)
 		}
 		if l.ID == "" {
 			sum := sha256.Sum256(append([]byte(strconv.Itoa(n)+"\x00"), line...))
@@ -128,7 +137,7 @@ func readBatch(path string, def batchLine) ([]*contracts.Job, error) {
 		if l.Tool == "" {
 			return nil, contracts.Errorf(contracts.CodeInvalidInput, "--from %s: line %d names no tool (and --tool gives none)", path, n)
 		}
-		jobs = append(jobs, &contracts.Job{ID: l.ID, Tool: l.Tool, Session: l.Session, Input: l.Input, Meta: l.Meta})
+		jobs = append(jobs, &contracts.Job{ID: l.ID, Tool: l.Tool, Session: l.Session, Input: l.Input, Meta: l.Meta, Priority: prio})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, contracts.Errorf(contracts.CodeInvalidInput, "--from %s: %v", path, err)

@@ -1,0 +1,332 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
+	"github.com/toolq/toolq/internal/embedded"
+	"github.com/toolq/toolq/worker"
+)
+
+// Scenarios are the flow-control measurements of `toolq bench --scenario`.
+var Scenarios = []string{"fairness", "priority"}
+
+// FlowConfig sizes the flow-control scenarios.
+type FlowConfig struct {
+	// Backlog is the noisy tenant's queued jobs (fairness) or the normal
+	// jobs queued ahead (priority).
+	Backlog int
+	// Probes is how many of the quiet tenant's jobs are timed.
+	Probes int
+	// Concurrency is the worker's slots of the tool.
+	Concurrency int
+	Phase       func(phase string)
+}
+
+// FlowDefaults are the sizes the issue names: a backlog of 100,000.
+func FlowDefaults() FlowConfig { return FlowConfig{Backlog: 100000, Probes: 200, Concurrency: 16} }
+
+func (c FlowConfig) phase(format string, args ...any) {
+	if c.Phase != nil {
+		c.Phase(fmt.Sprintf(format, args...))
+	}
+}
+
+const flowTool = "bench.flow"
+
+// flowRig is an embedded server and a worker whose flowTool records when
+// each job starts; a job's input {"ms":N} makes it last N ms.
+type flowRig struct {
+	srv *embedded.Server
+	js  jetstream.JetStream
+	w   *worker.Worker
+
+	mu      sync.Mutex
+	started map[string]time.Time
+}
+
+func startFlowRig(ctx context.Context, cfg FlowConfig, tenants ...string) (*flowRig, func(), error) {
+	dir, err := os.MkdirTemp("", "toolq-bench-flow-")
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, err := embedded.Start(&embedded.Config{StoreDir: dir})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	r := &flowRig{srv: srv, started: map[string]time.Time{}}
+	var closers []func()
+	cleanup := func() {
+		for _, c := range slices.Backward(closers) {
+			c()
+		}
+		srv.Stop()
+		_ = os.RemoveAll(dir)
+	}
+	nc, err := srv.Connect()
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	closers = append(closers, nc.Close)
+	if r.js, err = jetstream.New(nc); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	w, err := worker.New(nc, &worker.Config{Name: "bench-flow", Logger: slog.New(slog.DiscardHandler), Tenants: len(tenants) > 0})
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	err = w.Register(flowTool, worker.HandlerFunc(func(ctx context.Context, job *contracts.Job) (json.RawMessage, error) {
+		r.mu.Lock()
+		r.started[job.ID] = time.Now()
+		r.mu.Unlock()
+		var in struct {
+			Ms int `json:"ms"`
+		}
+		_ = json.Unmarshal(job.Input, &in)
+		if in.Ms > 0 {
+			select {
+			case <-time.After(time.Duration(in.Ms) * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return nil, nil
+	}), &worker.ToolConfig{Concurrency: cfg.Concurrency, MaxAckPending: max(4096, cfg.Concurrency)})
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	// Tenants before the worker starts, so it serves them from the start.
+	for _, t := range tenants {
+		rec := contracts.TenantRecord{Name: t, QueueLimit: int64(cfg.Backlog) + int64(cfg.Probes) + 1000}
+		if err := bus.AddTenant(ctx, r.js, bus.Config{TenantMaxBytes: 1 << 30}, rec); err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+	}
+	if err := w.Start(ctx); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	closers = append(closers, func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+	})
+	r.w = w
+	return r, cleanup, nil
+}
+
+// publish queues n jobs of flowTool on subject with ids prefix<i>, and
+// returns when each was acknowledged; sent gets the time of each publish.
+func (r *flowRig) publish(ctx context.Context, subject, prefix string, n, ms int, sent map[string]time.Time) error {
+	const window = 4096
+	pending := make([]jetstream.PubAckFuture, 0, window)
+	drain := func(keep int) error {
+		for len(pending) > keep {
+			select {
+			case <-pending[0].Ok():
+			case err := <-pending[0].Err():
+				return err
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			pending = pending[1:]
+		}
+		return nil
+	}
+	input := json.RawMessage(fmt.Sprintf(`{"ms":%d}`, ms))
+	for i := range n {
+		id := fmt.Sprintf("%s%d", prefix, i)
+		body, err := json.Marshal(&contracts.Job{ID: id, Tool: flowTool, Session: prefix, Input: input, CreatedAt: time.Now().UTC()})
+		if err != nil {
+			return err
+		}
+		if sent != nil {
+			sent[id] = time.Now()
+		}
+		f, err := r.js.PublishAsync(subject, body, jetstream.WithMsgID(id))
+		if err != nil {
+			return err
+		}
+		pending = append(pending, f)
+		if err := drain(window - 1); err != nil {
+			return err
+		}
+	}
+	return drain(0)
+}
+
+func (r *flowRig) startedAt(id string) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.started[id]
+	return t, ok
+}
+
+// waitStarted waits until every id has started and returns each one's
+// delay from its publish.
+func (r *flowRig) waitStarted(ctx context.Context, sent map[string]time.Time) ([]time.Duration, error) {
+	delays := make([]time.Duration, 0, len(sent))
+	for id, at := range sent {
+		for {
+			if t, ok := r.startedAt(id); ok {
+				delays = append(delays, t.Sub(at))
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("bench: job %s never started: %w", id, ctx.Err())
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	slices.Sort(delays)
+	return delays, nil
+}
+
+// waitIdle waits until the worker has started every job it was sent.
+func (r *flowRig) waitIdle(ctx context.Context, total int) error {
+	for {
+		r.mu.Lock()
+		n := len(r.started)
+		r.mu.Unlock()
+		if n >= total {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench: %d of %d jobs started: %w", n, total, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// RunScenario runs one flow-control scenario and returns its figures.
+func RunScenario(ctx context.Context, name string, cfg FlowConfig) ([]Figure, error) {
+	if cfg.Backlog < 1 || cfg.Probes < 1 || cfg.Concurrency < 1 {
+		return nil, errors.New("bench: backlog, probes and concurrency must be positive")
+	}
+	switch name {
+	case "fairness":
+		return fairness(ctx, cfg)
+	case "priority":
+		return priority(ctx, cfg)
+	}
+	return nil, contracts.Errorf(contracts.CodeInvalidInput, "--scenario %q: want one of %v", name, Scenarios)
+}
+
+// fairness queues the noisy tenant's backlog, then has the quiet tenant
+// submit one job every 5 ms while it drains, and times when each starts.
+// Then the same with fairness off: the quiet jobs queued in the noisy
+// tenant's own stream (another session), behind its backlog.
+func fairness(ctx context.Context, cfg FlowConfig) ([]Figure, error) {
+	r, cleanup, err := startFlowRig(ctx, cfg, "NOISY", "QUIET")
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	s := contracts.Subjects{}
+	var figs []Figure
+	total := 0
+	for _, off := range []bool{false, true} {
+		quiet, label := "QUIET", "fairness"
+		if off {
+			quiet, label = "NOISY", "fairness_off"
+		}
+		round := label + "-"
+		cfg.phase("%s: the noisy tenant queues %d jobs", label, cfg.Backlog)
+		if err := r.publish(ctx, s.TenantJob("NOISY", flowTool), round+"n", cfg.Backlog, 0, nil); err != nil {
+			return nil, err
+		}
+		cfg.phase("%s: the quiet tenant submits %d jobs, one every 5 ms", label, cfg.Probes)
+		sent := map[string]time.Time{}
+		for i := range cfg.Probes {
+			one := map[string]time.Time{}
+			if err := r.publish(ctx, s.TenantJob(quiet, flowTool), fmt.Sprintf("%sq%d-", round, i), 1, 0, one); err != nil {
+				return nil, err
+			}
+			for k, v := range one {
+				sent[k] = v
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+		delays, err := r.waitStarted(wctx, sent)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		total += cfg.Backlog + cfg.Probes
+		figs = append(figs,
+			Figure{label + "_quiet_p50_ms", ms(pct(delays, 50)), "ms"},
+			Figure{label + "_quiet_p99_ms", ms(pct(delays, 99)), "ms"})
+		wctx, cancel = context.WithTimeout(ctx, 10*time.Minute)
+		err = r.waitIdle(wctx, total)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+	}
+	cfg.phase("done")
+	return figs, nil
+}
+
+// priority queues a backlog of 2 ms normal jobs, then one high job, and
+// times when it starts; then the same with a normal job in its place.
+func priority(ctx context.Context, cfg FlowConfig) ([]Figure, error) {
+	r, cleanup, err := startFlowRig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	s := contracts.Subjects{}
+	var figs []Figure
+	total := 0
+	for _, p := range []contracts.Priority{contracts.PriorityHigh, contracts.PriorityNormal} {
+		label := "priority_high_start_ms"
+		if p == contracts.PriorityNormal {
+			label = "priority_off_start_ms"
+		}
+		cfg.phase("%s: %d normal jobs of 2 ms queued, then one at %s", label, cfg.Backlog, p)
+		round := string(p) + "-"
+		if err := r.publish(ctx, s.Job(flowTool), round+"n", cfg.Backlog, 2, nil); err != nil {
+			return nil, err
+		}
+		sent := map[string]time.Time{}
+		if err := r.publish(ctx, s.JobAt(flowTool, p), round+"probe", 1, 0, sent); err != nil {
+			return nil, err
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+		delays, err := r.waitStarted(wctx, sent)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		figs = append(figs, Figure{label, ms(delays[0]), "ms"})
+		total += cfg.Backlog + 1
+		wctx, cancel = context.WithTimeout(ctx, 10*time.Minute)
+		err = r.waitIdle(wctx, total)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+	}
+	cfg.phase("done")
+	return figs, nil
+}

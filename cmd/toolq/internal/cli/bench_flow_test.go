@@ -1,0 +1,37 @@
+package cli
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// `bench --scenario` runs each flow-control scenario, small, and prints its
+// figures with and without the flow control they measure.
+func TestBenchScenarios(t *testing.T) {
+	t.Parallel()
+	for scenario, names := range map[string][]string{
+		"fairness": {"fairness_quiet_p50_ms", "fairness_quiet_p99_ms", "fairness_off_quiet_p50_ms", "fairness_off_quiet_p99_ms"},
+		"priority": {"priority_high_start_ms", "priority_off_start_ms"},
+	} {
+		code, out, errOut := run(t, "bench", "--scenario", scenario, "--scenario-backlog", "300", "--scenario-probes", "5", "--scenario-concurrency", "4")
+		require.Equal(t, 0, code, errOut)
+		for _, name := range names {
+			var line string
+			for l := range strings.SplitSeq(out, "\n") {
+				if strings.HasPrefix(l, "bench."+name+" ") {
+					line = l
+				}
+			}
+			require.NotEmpty(t, line, "%s: no %s in\n%s", scenario, name, out)
+			v, err := strconv.ParseFloat(strings.Fields(line)[1], 64)
+			require.NoError(t, err, line)
+			require.Greater(t, v, 0.0, line)
+		}
+	}
+	code, _, errOut := run(t, "bench", "--scenario", "chaos")
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, `--scenario "chaos": want one of [fairness priority]`)
+}

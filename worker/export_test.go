@@ -1,0 +1,24 @@
+package worker
+
+import "github.com/toolq/toolq/contracts"
+
+// WaitingLevels lists the levels of tool (default tenant) whose pull loops
+// wait in line for one of its slots: for tests that must know that every
+// loop is in line before they free a slot.
+func WaitingLevels(w *Worker, tool string) []contracts.Priority {
+	w.mu.Lock()
+	t := w.tools[tool]
+	w.mu.Unlock()
+	if t == nil {
+		return nil
+	}
+	t.slots.mu.Lock()
+	defer t.slots.mu.Unlock()
+	var out []contracts.Priority
+	for _, wt := range t.slots.waiters {
+		if wt.class.tenant == "" {
+			out = append(out, wt.class.level)
+		}
+	}
+	return out
+}

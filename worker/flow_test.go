@@ -1,0 +1,264 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
+	"github.com/toolq/toolq/internal/testutil"
+	"github.com/toolq/toolq/producer"
+	"github.com/toolq/toolq/worker"
+)
+
+// starts records the order in which a tool's jobs start.
+type starts struct {
+	mu    sync.Mutex
+	order []*contracts.Job
+	at    map[string]time.Time
+}
+
+func (s *starts) add(job *contracts.Job) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.at == nil {
+		s.at = map[string]time.Time{}
+	}
+	s.order = append(s.order, job)
+	s.at[job.ID] = time.Now()
+}
+
+func (s *starts) snapshot() []*contracts.Job {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.order)
+}
+
+func (s *starts) index(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.IndexFunc(s.order, func(j *contracts.Job) bool { return j.ID == id })
+}
+
+// waitWaiting waits until a level's loop has no pull request out: it waits
+// for a slot, holding the job it was sent or about to fetch one. (With the
+// one slot taken, a loop in its idle pull is sent a queued job at once and
+// then waits for the slot holding it; a loop whose idle pull ended waits
+// for the slot before it fetches.)
+func waitWaiting(t *testing.T, js jetstream.JetStream, stream, consumer string) {
+	t.Helper()
+	ctx := testutil.Context(t, 10*time.Second)
+	require.Eventually(t, func() bool {
+		c, err := js.Consumer(ctx, stream, consumer)
+		return err == nil && c.CachedInfo().NumWaiting == 0
+	}, 10*time.Second, 10*time.Millisecond, "%s kept a pull request out", consumer)
+}
+
+// waitDelivered waits until the consumer has n jobs delivered and not yet
+// acknowledged.
+func waitDelivered(t *testing.T, js jetstream.JetStream, stream, consumer string, n int) {
+	t.Helper()
+	ctx := testutil.Context(t, 10*time.Second)
+	require.Eventually(t, func() bool {
+		c, err := js.Consumer(ctx, stream, consumer)
+		return err == nil && c.CachedInfo().NumAckPending == n
+	}, 10*time.Second, 10*time.Millisecond, "%s never had %d jobs in hand", consumer, n)
+}
+
+// TestHighPriorityStartsNextAndLowIsNotStarved fills a one-slot tool with a
+// blocking job and 40 normal ones, then submits one high and one low job:
+// the high job is the next to start, and the low one starts after some but
+// at most agingLimit (4) normal ones, not after all 40.
+func TestHighPriorityStartsNextAndLowIsNotStarved(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	release := make(chan struct{})
+	var rec starts
+	w := b.startWorker(t, nil, func(w *worker.Worker) {
+		require.NoError(t, w.Register("prio", worker.HandlerFunc(func(ctx context.Context, job *contracts.Job) (json.RawMessage, error) {
+			rec.add(job)
+			if job.ID == "blocker" {
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			}
+			return json.RawMessage(`"` + string(job.Priority) + `"`), nil
+		}), &worker.ToolConfig{Concurrency: 1}))
+	})
+	blocker := b.submit(t, "prio", ``, &producer.SubmitOpts{ID: "blocker"})
+	require.Eventually(t, func() bool { return rec.index("blocker") == 0 }, 10*time.Second, 5*time.Millisecond)
+	normals := make([]*contracts.Job, 40)
+	for i := range normals {
+		normals[i] = b.submit(t, "prio", ``, &producer.SubmitOpts{ID: fmt.Sprintf("n%02d", i)})
+	}
+	// The low job first, so that waiting longer does not explain the order.
+	s := contracts.Subjects{}
+	low := b.submit(t, "prio", ``, &producer.SubmitOpts{ID: "low", Priority: contracts.PriorityLow})
+	waitWaiting(t, b.js, s.JobsStream(), s.ConsumerNameAt("prio", contracts.PriorityLow))
+	high := b.submit(t, "prio", ``, &producer.SubmitOpts{ID: "high", Priority: contracts.PriorityHigh})
+	waitWaiting(t, b.js, s.JobsStream(), s.ConsumerNameAt("prio", contracts.PriorityHigh))
+	// Every level's loop is in line for the slot.
+	require.Eventually(t, func() bool {
+		lv := worker.WaitingLevels(w, "prio")
+		return slices.Contains(lv, contracts.PriorityHigh) && slices.Contains(lv, contracts.PriorityNormal) && slices.Contains(lv, contracts.PriorityLow)
+	}, 10*time.Second, time.Millisecond)
+	close(release)
+
+	for _, job := range append([]*contracts.Job{blocker, high, low}, normals...) {
+		ev := b.await(t, job)
+		require.Equal(t, contracts.StatusCompleted, ev.Data.Status, job.ID)
+	}
+	var res string
+	ev := b.await(t, high)
+	require.NoError(t, json.Unmarshal(ev.Data.Result, &res))
+	require.Equal(t, "high", res, "the handler sees the job's level")
+	require.Equal(t, 1, rec.index("high"), "the high job starts right after the blocker: %v", ids(rec.snapshot()))
+	li := rec.index("low")
+	require.Greater(t, li, 2, "the low job does not jump the normal ones: %v", ids(rec.snapshot()))
+	require.LessOrEqual(t, li, 2+4, "the low job waits for at most 4 normal ones: %v", ids(rec.snapshot()))
+}
+
+func ids(jobs []*contracts.Job) []string {
+	out := make([]string, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.ID
+	}
+	return out
+}
+
+// publishTenantJobs queues n jobs of tool for tenant straight on its
+// subject, as a tenant's own client would.
+func publishTenantJobs(t *testing.T, js jetstream.JetStream, tenant, tool, prefix string, n int) []string {
+	t.Helper()
+	ctx := testutil.Context(t, 30*time.Second)
+	s := contracts.Subjects{}
+	out := make([]string, 0, n)
+	var acks []jetstream.PubAckFuture
+	for i := range n {
+		id := fmt.Sprintf("%s%04d", prefix, i)
+		body, err := json.Marshal(&contracts.Job{ID: id, Tool: tool, Session: "s1", CreatedAt: time.Now().UTC()})
+		require.NoError(t, err)
+		f, err := js.PublishAsync(s.TenantJob(tenant, tool), body, jetstream.WithMsgID(id))
+		require.NoError(t, err)
+		acks = append(acks, f)
+		out = append(out, id)
+	}
+	for _, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			require.NoError(t, err)
+		case <-ctx.Done():
+			t.Fatal("publish not acknowledged")
+		}
+	}
+	return out
+}
+
+// TestQuietTenantStartsWithinBoundedDelay queues 400 jobs of 10 ms for a
+// noisy tenant on a two-slot tool, then has a quiet tenant submit one job at
+// a time: each starts within moments, not behind the backlog (which takes
+// about 2 s to drain). The same jobs of one tenant, the backlog's in front,
+// start only after it: the bound comes from the tenants' fairness.
+func TestQuietTenantStartsWithinBoundedDelay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, name := range []string{"NOISY", "QUIET"} {
+		require.NoError(t, bus.AddTenant(testutil.Context(t, 10*time.Second), b.js, bus.Config{}, contracts.TenantRecord{Name: name}))
+	}
+	var rec starts
+	b.startWorker(t, &worker.Config{Tenants: true}, func(w *worker.Worker) {
+		require.NoError(t, w.Register("work", worker.HandlerFunc(func(ctx context.Context, job *contracts.Job) (json.RawMessage, error) {
+			rec.add(job)
+			time.Sleep(10 * time.Millisecond)
+			return nil, nil
+		}), &worker.ToolConfig{Concurrency: 2}))
+	})
+	noisy := publishTenantJobs(t, b.js, "NOISY", "work", "n", 400)
+	var delays []time.Duration
+	for i := range 5 {
+		id := publishTenantJobs(t, b.js, "QUIET", "work", fmt.Sprintf("q%d-", i), 1)[0]
+		sent := time.Now()
+		require.Eventually(t, func() bool { return rec.index(id) >= 0 }, 20*time.Second, time.Millisecond)
+		rec.mu.Lock()
+		delays = append(delays, rec.at[id].Sub(sent))
+		rec.mu.Unlock()
+	}
+	last := rec.index(noisy[len(noisy)-1])
+	require.Less(t, last, 0, "the quiet tenant's jobs were all started before the backlog drained")
+	for _, d := range delays {
+		require.Less(t, d, 500*time.Millisecond, "a quiet tenant's job waited %v behind the backlog (all: %v)", d, delays)
+	}
+}
+
+// TestTenantWeightsShareSlots backlogs two tenants of weights 3 and 1 on a
+// one-slot tool: while both wait, the heavier one gets three starts in four.
+func TestTenantWeightsShareSlots(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := testutil.Context(t, 10*time.Second)
+	require.NoError(t, bus.AddTenant(ctx, b.js, bus.Config{}, contracts.TenantRecord{Name: "HEAVY", Weight: 3}))
+	require.NoError(t, bus.AddTenant(ctx, b.js, bus.Config{}, contracts.TenantRecord{Name: "LIGHT"}))
+	release := make(chan struct{})
+	var rec starts
+	b.startWorker(t, &worker.Config{Tenants: true}, func(w *worker.Worker) {
+		require.NoError(t, w.Register("share", worker.HandlerFunc(func(ctx context.Context, job *contracts.Job) (json.RawMessage, error) {
+			if job.ID == "blocker" {
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+				return nil, nil
+			}
+			rec.add(job)
+			time.Sleep(2 * time.Millisecond)
+			return nil, nil
+		}), &worker.ToolConfig{Concurrency: 1}))
+	})
+	// The default tenant's blocker holds the slot while both backlogs queue.
+	blocker := b.submit(t, "share", ``, &producer.SubmitOpts{ID: "blocker"})
+	s := contracts.Subjects{}
+	waitDelivered(t, b.js, s.JobsStream(), s.ConsumerName("share"), 1)
+	publishTenantJobs(t, b.js, "HEAVY", "share", "h", 60)
+	publishTenantJobs(t, b.js, "LIGHT", "share", "l", 60)
+	close(release)
+	b.await(t, blocker)
+	require.Eventually(t, func() bool { return len(rec.snapshot()) >= 40 }, 20*time.Second, 5*time.Millisecond)
+	heavy := 0
+	for _, j := range rec.snapshot()[:40] {
+		if j.Tenant == "HEAVY" {
+			heavy++
+		}
+	}
+	require.InDelta(t, 30, heavy, 4, "HEAVY got %d of the first 40 starts", heavy)
+}
+
+// TestNormalOnlyToolRefusesOtherLevels: a tool registered NormalOnly has no
+// consumer at the other levels, so a submit at one is refused as unserved,
+// saying why, and nothing is queued where no worker would take it.
+func TestNormalOnlyToolRefusesOtherLevels(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, nil, func(w *worker.Worker) {
+		require.NoError(t, w.Register("guarded", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
+			return json.RawMessage(`1`), nil
+		}), &worker.ToolConfig{NormalOnly: true}))
+	})
+	ev := b.await(t, b.submit(t, "guarded", ``, nil))
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
+	_, err := b.prod.Submit(testutil.Context(t, 5*time.Second), "guarded", nil, &producer.SubmitOpts{Priority: contracts.PriorityHigh})
+	require.ErrorIs(t, err, producer.ErrToolNotServed)
+	require.ErrorContains(t, err, `no worker serves tool "guarded" at priority high`)
+	s := contracts.Subjects{}
+	_, err = b.js.Consumer(testutil.Context(t, 5*time.Second), s.JobsStream(), s.ConsumerNameAt("guarded", contracts.PriorityHigh))
+	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound)
+}
