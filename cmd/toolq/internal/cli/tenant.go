@@ -44,6 +44,7 @@ func (g *globals) tenantBus() (jetstream.JetStream, func(), error) {
 func newTenantRegisterCmd(g *globals) *cobra.Command {
 	var (
 		limit     int64
+		weight    int
 		approvers []string
 	)
 	cmd := &cobra.Command{
@@ -54,7 +55,7 @@ its record to the tenants bucket; workers started with --tenants follow the
 bucket and serve the tenant within moments. Until then the tenant's submits
 are refused ("no stream takes …"). Run it as a user of the toolq account
 once the server runs with the tenant's account entry (tenant add). Running
-it again replaces the tenant's queue limit and approvers.
+it again replaces the tenant's queue limit, weight and approvers.
 
 --approver names a public nkey whose signed decisions approve or deny the
 tenant's exec commands (repeatable). A tenant without approvers has its
@@ -70,6 +71,9 @@ approvers decide for tenants only with worker --approvers-for-tenants.`,
 			if limit < 0 {
 				return fmt.Errorf("tenant register: --queue-limit %d is negative", limit)
 			}
+			if weight < 1 || weight > contracts.MaxTenantWeight {
+				return contracts.Errorf(contracts.CodeInvalidInput, "tenant register: --weight %d out of range [1, %d]", weight, contracts.MaxTenantWeight)
+			}
 			if err := bus.CheckApprovers(approvers); err != nil {
 				return contracts.Errorf(contracts.CodeInvalidInput, "tenant register: --approver: %v", err)
 			}
@@ -78,7 +82,7 @@ approvers decide for tenants only with worker --approvers-for-tenants.`,
 				return err
 			}
 			defer done()
-			rec := contracts.TenantRecord{Name: name, QueueLimit: limit, Approvers: approvers}
+			rec := contracts.TenantRecord{Name: name, QueueLimit: limit, Approvers: approvers, Weight: weight}
 			if err := bus.AddTenant(cmd.Context(), js, bus.Config{Subjects: g.subjects()}, rec); err != nil {
 				return fmt.Errorf("tenant register: %w", err)
 			}
@@ -90,6 +94,7 @@ approvers decide for tenants only with worker --approvers-for-tenants.`,
 		},
 	}
 	cmd.Flags().Int64Var(&limit, "queue-limit", 0, "queued and running jobs of the tenant over all tools (0: the workers' default, 10000)")
+	cmd.Flags().IntVar(&weight, "weight", 1, "the tenant's share of each worker's slots of a tool while tenants contend for them, relative to the others' (1-100)")
 	cmd.Flags().StringArrayVar(&approvers, "approver", nil, "public nkey (U… or A…) of a person who approves the tenant's exec commands; repeatable")
 	return cmd
 }
@@ -147,13 +152,13 @@ func newTenantLsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TENANT\tQUEUED\tQUEUE LIMIT\tAPPROVERS\tADDED")
+			fmt.Fprintln(tw, "TENANT\tQUEUED\tQUEUE LIMIT\tWEIGHT\tAPPROVERS\tADDED")
 			for _, r := range rows {
 				limit := "default"
 				if r.QueueLimit > 0 {
 					limit = strconv.FormatInt(r.QueueLimit, 10)
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\n", r.Name, r.Queued, limit, len(r.Approvers), r.Added.Format(time.RFC3339))
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%s\n", r.Name, r.Queued, limit, max(r.Weight, 1), len(r.Approvers), r.Added.Format(time.RFC3339))
 			}
 			return tw.Flush()
 		},

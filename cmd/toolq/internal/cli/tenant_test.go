@@ -107,8 +107,13 @@ func TestTenantRegisterLsRm(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.JSONEq(t, `[]`, out)
 	_, approver := newUserKey(t)
-	code, _, errOut = run(t, "--nats", url, "tenant", "register", "ACME", "--queue-limit", "2", "--approver", approver)
+	code, _, errOut = run(t, "--nats", url, "tenant", "register", "ACME", "--queue-limit", "2", "--approver", approver, "--weight", "3")
 	require.Equal(t, 0, code, errOut)
+	for _, w := range []string{"0", "101"} {
+		code, _, errOut = run(t, "--nats", url, "tenant", "register", "ACME", "--weight", w)
+		require.Equal(t, 2, code, errOut)
+		require.Contains(t, errOut, "--weight "+w+" out of range [1, 100]")
+	}
 	code, _, errOut = run(t, "--nats", url, "tenant", "register", "ACME", "--approver", "SUABC")
 	require.NotEqual(t, 0, code)
 	require.Contains(t, errOut, "--approver")
@@ -134,10 +139,12 @@ func TestTenantRegisterLsRm(t *testing.T) {
 		QueueLimit int64    `json:"queueLimit"`
 		Queued     uint64   `json:"queued"`
 		Approvers  []string `json:"approvers"`
+		Weight     int      `json:"weight"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &rows))
 	require.Len(t, rows, 1)
 	require.Equal(t, "ACME", rows[0].Name)
+	require.Equal(t, 3, rows[0].Weight)
 	require.EqualValues(t, 2, rows[0].QueueLimit)
 	require.EqualValues(t, 2, rows[0].Queued)
 	require.Equal(t, []string{approver}, rows[0].Approvers)
