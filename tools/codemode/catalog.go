@@ -250,7 +250,9 @@ func toSandbox(t contracts.CatalogTool) sandbox.Tool {
 		params = json.RawMessage(`{}`)
 	}
 	output := contracts.TypeHint(t.OutputSchema)
-	if t.Source == contracts.SourceMCP {
+	if t.Source == contracts.SourceMCP && t.Name != contracts.MCPResourcesRead && t.Name != contracts.MCPPromptsGet {
+		// A server's tool: its schema is the McpToolResult's (a server's
+		// resources and prompts have toolq's own result types).
 		output = mcpOutputHint(t.OutputSchema)
 	}
 	return sandbox.Tool{
