@@ -54,6 +54,40 @@ type CatalogTool struct {
 	SideEffects bool `json:"sideEffects,omitempty"`
 	// UpdatedAt is when the entry was last registered.
 	UpdatedAt time.Time `json:"updatedAt"`
+	// TTLSeconds is how long the entry lives after it was last written
+	// (the bucket's own timestamp of the write, not UpdatedAt): workers
+	// write their entries again every third of it while they serve the
+	// tool, so an entry whose workers are all gone leaves every run's
+	// catalog. A workers' entry without one never expires (workers older
+	// than the rule); a client tool's is DefaultClientToolTTL when absent
+	// and at most MaxClientToolTTL. See Expired.
+	TTLSeconds int `json:"ttlSeconds,omitempty"`
+}
+
+// The lifetime of client tools in the catalog: a requester registers one
+// again (RegisterClientTool) to keep it longer.
+const (
+	DefaultClientToolTTL = 24 * time.Hour
+	MaxClientToolTTL     = 7 * 24 * time.Hour
+)
+
+// TTL is how long the entry lives after its last write; 0 for never.
+func (c *CatalogTool) TTL() time.Duration {
+	ttl := time.Duration(max(c.TTLSeconds, 0)) * time.Second
+	if c.Source != SourceClient {
+		return ttl
+	}
+	if ttl == 0 {
+		return DefaultClientToolTTL
+	}
+	return min(ttl, MaxClientToolTTL)
+}
+
+// Expired reports whether the entry, last written at written (the bucket
+// entry's Created time), is past its TTL at now.
+func (c *CatalogTool) Expired(written, now time.Time) bool {
+	ttl := c.TTL()
+	return ttl > 0 && !now.Before(written.Add(ttl))
 }
 
 // Validate checks an entry that came from outside.

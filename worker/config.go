@@ -70,7 +70,17 @@ type Config struct {
 	// the Observer (one consumer listing per jobs stream served); 15 s by
 	// default.
 	LagInterval time.Duration
+	// CatalogTTL is how long the catalog entries of this worker's tools
+	// outlive it: each is written with this TTL and again every third of
+	// it while the worker runs, so a tool whose workers have all stopped
+	// or died leaves code-mode runs' catalogs within CatalogTTL (while
+	// another worker serves it, it stays). DefaultCatalogTTL when zero, at
+	// least one second; negative writes entries that never expire, once.
+	CatalogTTL time.Duration
 }
+
+// DefaultCatalogTTL is Config.CatalogTTL when zero.
+const DefaultCatalogTTL = 90 * time.Second
 
 // DefaultMaxQueueTime is the queue-time limit of Config.MaxQueueTime when
 // it is zero.
@@ -250,6 +260,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	switch {
+	case c.CatalogTTL == 0:
+		c.CatalogTTL = DefaultCatalogTTL
+	case c.CatalogTTL > 0 && c.CatalogTTL < time.Second:
+		return c, fmt.Errorf("worker: catalog TTL %s below 1s", c.CatalogTTL)
 	}
 	if c.LagInterval == 0 {
 		c.LagInterval = 15 * time.Second

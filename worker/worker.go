@@ -71,6 +71,10 @@ type Worker struct {
 	feed      chan cancelNote // to the cancel hooks; nil without hooks
 
 	runCtx    context.Context // parent of every job's context
+	// catalogKV and catalogPuts are the catalog entries Start wrote, which
+	// refreshCatalog keeps written.
+	catalogKV   jetstream.KeyValue
+	catalogPuts []catalogPut
 	runCancel context.CancelCauseFunc
 	wg        sync.WaitGroup // jobs
 	loops     sync.WaitGroup // owned background loops
@@ -304,6 +308,10 @@ func (w *Worker) startConsuming(ctx context.Context) error {
 	}
 	w.loops.Add(1)
 	go w.heartbeats()
+	if w.catalogRefreshes() {
+		w.loops.Add(1)
+		go w.refreshCatalog() //nolint:contextcheck // the refresh lives until Stop and uses the worker's run context
+	}
 	if w.cfg.Observer != nil {
 		w.loops.Add(1)
 		go w.sampleLag() //nolint:contextcheck // the sampler lives until Stop and uses the worker's run context
