@@ -57,7 +57,9 @@ func MCPResourcesReadTool(server string) string {
 
 // MCPPromptsGetTool is the bus tool of server's prompts/get:
 // mcp.<server>.prompts.get.
-func MCPPromptsGetTool(server string) string { return ToolMCPPrefix + "." + server + "." + MCPPromptsGet }
+func MCPPromptsGetTool(server string) string {
+	return ToolMCPPrefix + "." + server + "." + MCPPromptsGet
+}
 
 // MCPReadResourceInput is the input of mcp.<server>.resources.read.
 type MCPReadResourceInput struct {

@@ -70,14 +70,14 @@ type Worker struct {
 	cancelsKV jetstream.KeyValue
 	feed      chan cancelNote // to the cancel hooks; nil without hooks
 
-	runCtx    context.Context // parent of every job's context
+	runCtx context.Context // parent of every job's context
 	// catalogKV and catalogPuts are the catalog entries Start wrote, which
 	// refreshCatalog keeps written.
 	catalogKV   jetstream.KeyValue
 	catalogPuts []catalogPut
-	runCancel context.CancelCauseFunc
-	wg        sync.WaitGroup // jobs
-	loops     sync.WaitGroup // owned background loops
+	runCancel   context.CancelCauseFunc
+	wg          sync.WaitGroup // jobs
+	loops       sync.WaitGroup // owned background loops
 }
 
 type tool struct {
