@@ -54,6 +54,12 @@ type CatalogTool struct {
 	SideEffects bool `json:"sideEffects,omitempty"`
 	// UpdatedAt is when the entry was last registered.
 	UpdatedAt time.Time `json:"updatedAt"`
+	// Tenants, when set, are the only tenants whose runs see the entry
+	// ("" is the default tenant): a worker's tool kept to them
+	// (worker.ToolConfig.Tenants), an MCP server configured for them.
+	// Only workers set it, on their own (plain) keys; a tenant's client
+	// tool is its tenant's by its key and carries none.
+	Tenants []string `json:"tenants,omitempty"`
 	// TTLSeconds is how long the entry lives after it was last written
 	// (the bucket's own timestamp of the write, not UpdatedAt): workers
 	// write their entries again every third of it while they serve the
@@ -62,6 +68,20 @@ type CatalogTool struct {
 	// than the rule); a client tool's is DefaultClientToolTTL when absent
 	// and at most MaxClientToolTTL. See Expired.
 	TTLSeconds int `json:"ttlSeconds,omitempty"`
+}
+
+// VisibleTo reports whether a run of tenant may see the entry by its
+// Tenants (a client tool's tenant is in its key: see ParseCatalogKey).
+func (c *CatalogTool) VisibleTo(tenant string) bool {
+	if c.Tenants == nil {
+		return true
+	}
+	for _, t := range c.Tenants {
+		if t == tenant {
+			return true
+		}
+	}
+	return false
 }
 
 // The lifetime of client tools in the catalog: a requester registers one
@@ -119,6 +139,14 @@ func (c *CatalogTool) Validate() error {
 	}
 	if c.Name == "" {
 		return Errorf(CodeInvalidInput, "catalog entry %q needs a name", c.ID)
+	}
+	if c.Source == SourceClient && c.Tenants != nil {
+		return Errorf(CodeInvalidInput, "catalog entry %q: a client tool is its tenant's by its key and names no tenants", c.ID)
+	}
+	for _, t := range c.Tenants {
+		if t != "" && !ValidID(t) {
+			return Errorf(CodeInvalidInput, "catalog entry %q names tenant %q, not an id", c.ID, clip(t, 64))
+		}
 	}
 	for _, s := range []json.RawMessage{c.InputSchema, c.OutputSchema} {
 		if len(s) > 0 && !json.Valid(s) {

@@ -262,6 +262,14 @@ type mcpGroup struct {
 	prompts   *Tool
 }
 
+// mcpFnName is the name of an MCP entry's function in its namespace.
+func mcpFnName(t Tool) string {
+	if t.Name == contracts.MCPResourcesRead || t.Name == contracts.MCPPromptsGet {
+		return t.Name
+	}
+	return camelName(t.Name)
+}
+
 // mcpGroups groups the MCP entries into namespaces, in catalog order. A
 // tool whose function name is taken ($api, a helper, two tools of one
 // name, resources or prompts when the server offers them) is left out.

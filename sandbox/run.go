@@ -632,7 +632,7 @@ func (r *run) call(ctx context.Context, payload string) (engine.Value, error) {
 		return 0, fmt.Errorf("unknown tool %q: it is not in this run's catalog", q.ID)
 	}
 	if t.Source == SourceMCP && !q.MCP {
-		return 0, fmt.Errorf("tool %q is an MCP tool: call it as MCP.%s.%s(input)", q.ID, camelName(mcpServerName(t)), camelName(t.Name))
+		return 0, fmt.Errorf("tool %q is an MCP tool: call it as MCP.%s.%s(input)", q.ID, camelName(mcpServerName(t)), mcpFnName(t))
 	}
 	input := compact(q.Input)
 	if len(input) == 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,6 +49,7 @@ func (w *Worker) registerCatalog(ctx context.Context) error {
 		if entry.ID == "" {
 			entry.ID = entry.Source + ":core:" + strings.ReplaceAll(t.name, ".", "_")
 		}
+		entry.Tenants = slices.Clone(t.cfg.Tenants)
 		entry.UpdatedAt = now
 		entry.TTLSeconds = 0
 		if w.cfg.CatalogTTL > 0 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -117,6 +118,18 @@ type ToolConfig struct {
 	// calls) do not yet carry a job's tenant, and for tools only toolq's
 	// own processes may submit (a run's continuation).
 	DefaultTenantOnly bool
+	// Tenants, when set, keeps the tool to these tenants ("" is the
+	// default tenant): the worker pulls the tool's jobs only from their
+	// streams (another tenant's job of it waits for a worker that serves
+	// it, and the queue-time limit fails it as runtime_unavailable), and
+	// its catalog entry names them, so only their code-mode runs see it.
+	// Nil: every tenant the worker serves.
+	Tenants []string
+}
+
+// servesTenant reports whether the tool serves tenant's jobs.
+func (c *ToolConfig) servesTenant(tenant string) bool {
+	return c.Tenants == nil || slices.Contains(c.Tenants, tenant)
 }
 
 // RetryPolicy is exponential backoff with jitter for retryable failures.

@@ -392,7 +392,9 @@ func (w *Worker) consumers() []*tool {
 	defer w.tenantMu.Unlock()
 	ts := make([]*tool, 0, len(w.tools))
 	for _, t := range w.tools {
-		ts = append(ts, t)
+		if t.cfg.servesTenant("") {
+			ts = append(ts, t)
+		}
 	}
 	for _, twins := range w.twins {
 		ts = append(ts, twins...)

@@ -219,7 +219,7 @@ func (c *catalog) lookup(tenant, id string) (contracts.CatalogTool, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	e, ok := c.entries[key]
-	if !ok || e.expired(time.Now()) {
+	if !ok || !e.tool.VisibleTo(tenant) || e.expired(time.Now()) {
 		return contracts.CatalogTool{}, false
 	}
 	return e.tool, true
@@ -247,9 +247,9 @@ func (c *catalog) forRun(tenant string, allow, deny, job []string, shellExec boo
 	visible := make([]contracts.CatalogTool, 0, len(c.entries))
 	now := time.Now()
 	for _, e := range c.entries {
-		// Workers' tools are everyone's; client tools their tenant's; an
-		// expired entry is nobody's.
-		if e.tool.Source == contracts.SourceClient && e.tenant != tenant || e.expired(now) {
+		// Workers' tools are everyone's (or their Tenants'); client tools
+		// their tenant's; an expired entry is nobody's.
+		if e.tool.Source == contracts.SourceClient && e.tenant != tenant || !e.tool.VisibleTo(tenant) || e.expired(now) {
 			continue
 		}
 		visible = append(visible, e.tool)

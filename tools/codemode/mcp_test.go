@@ -13,9 +13,11 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
 	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/tools/mcp"
 	"github.com/toolq/toolq/worker"
@@ -342,4 +344,70 @@ func TestMCPResourcesAndPromptsInCodeMode(t *testing.T) {
 	ev = b.await(t, job, false)
 	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, string(ev.Data.Result))
 	require.JSONEq(t, `"first memo"`, string(result(t, ev.Data.Result).Value))
+}
+
+// TestMCPServersKeptToTenants: an MCP server configured for ACME only is
+// in ACME's runs alone — GLOBEX's and the default tenant's runs have no
+// such namespace and cannot call its entries by id — while a server for
+// every tenant is in each; each tenant's nested MCP calls are jobs of its
+// own subspace.
+func TestMCPServersKeptToTenants(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := testutil.Context(t, 30*time.Second)
+	js := testutil.JetStream(t, b.srv.Connect(t))
+	for _, name := range []string{"ACME", "GLOBEX"} {
+		require.NoError(t, bus.AddTenant(ctx, js, bus.Config{}, contracts.TenantRecord{Name: name}))
+	}
+	url := startDocs(t)
+	b.startWorkerWith(t, &worker.Config{Name: "A", Tenants: true}, nil, registerMCP(t, &mcp.Config{Servers: map[string]mcp.ServerConfig{
+		"docs": {URL: url, Tenants: []string{"ACME"}}, "pub": {URL: url},
+	}}))
+	code := `
+		const out = {namespaces: Object.keys(MCP).sort()};
+		out.pub = (await MCP.pub.resources.read({uri: "memo://one"})).contents[0].text;
+		out.docs = MCP.docs ? (await MCP.docs.prompts.get({name: "brief", arguments: {topic: "x"}})).messages.length : "none";
+		try { await tools.call("mcp:docs:resources--read", {uri: "memo://one"}); out.byID = "called"; } catch (e) { out.byID = e.message; }
+		return out;`
+	s := contracts.Subjects{}
+	for _, c := range []struct {
+		tenant, want, byID string
+	}{
+		{"ACME", `{"namespaces":["docs","pub"],"pub":"first memo","docs":1}`, "call it as MCP.docs.resources.read(input)"},
+		{"GLOBEX", `{"namespaces":["pub"],"pub":"first memo","docs":"none"}`, "it is not in this run's catalog"},
+	} {
+		id := "run-" + c.tenant
+		b.tenantJob(t, c.tenant, codeJob(id, contracts.ToolCodeModeExec, "s1", map[string]any{"code": code, "autoResume": true}))
+		ev := b.tenantEvent(t, c.tenant, "s1", id, terminal)
+		require.Equal(t, contracts.StatusCompleted, ev.Data.Status, "%s: %v", c.tenant, ev.Data.Error)
+		var v map[string]any
+		require.NoError(t, json.Unmarshal(result(t, ev.Data.Result).Value, &v))
+		require.Contains(t, v["byID"], c.byID, c.tenant)
+		delete(v, "byID")
+		require.JSONEq(t, c.want, string(mustJSON(t, v)), c.tenant)
+	}
+	// Each tenant's nested calls ran in its own subspace.
+	st, err := js.Stream(ctx, s.EventsStream())
+	require.NoError(t, err)
+	for tenant, want := range map[string][]string{
+		"ACME":   {contracts.NestedJobID("run-ACME", "call_1"), contracts.NestedJobID("run-ACME", "call_2")},
+		"GLOBEX": {contracts.NestedJobID("run-GLOBEX", "call_1")},
+	} {
+		for _, id := range want {
+			m, err := st.GetLastMsgForSubject(ctx, s.TenantEvent(tenant, "s1", id))
+			require.NoError(t, err, "%s: %s", tenant, id)
+			ev, err := contracts.DecodeEvent(m.Data)
+			require.NoError(t, err)
+			require.Equal(t, contracts.StatusCompleted, ev.Data.Status, "%s: %s", tenant, id)
+			require.True(t, strings.HasPrefix(ev.Data.Tool, "mcp."), ev.Data.Tool)
+		}
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(s.Event("s1", ">")))
+	require.NoError(t, err)
+	require.Empty(t, info.State.Subjects, "a tenant's MCP call wrote events of the default tenant")
+	// The default tenant's runs see only the shared server too.
+	job := b.exec(t, `return Object.keys(MCP).sort();`, nil, nil)
+	ev := b.await(t, job, false)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, string(ev.Data.Result))
+	require.JSONEq(t, `["pub"]`, string(result(t, ev.Data.Result).Value))
 }

@@ -96,8 +96,8 @@ func readCatalog(ctx context.Context, nc *nats.Conn, subjects contracts.Subjects
 		if json.Unmarshal(e.Value(), &t) != nil || contracts.CatalogKey(t.ID) != key {
 			continue // Build would refuse it too; it is not under its own key
 		}
-		if t.Expired(e.Created(), time.Now()) {
-			continue // no worker has served it within its TTL
+		if t.Expired(e.Created(), time.Now()) || !t.VisibleTo("") {
+			continue // no worker has served it within its TTL, or it is kept to named tenants
 		}
 		out = append(out, t)
 	}
