@@ -3,6 +3,7 @@ package codemode_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -130,7 +131,7 @@ func TestTenantClientToolsExpireApart(t *testing.T) {
 	lookup := func(tenant string) string {
 		t.Helper()
 		n++
-		id := tenant + "-" + string(rune('a'+n))
+		id := fmt.Sprintf("%s-%d", tenant, n)
 		b.tenantJob(t, tenant, codeJob(id, contracts.ToolCodeModeExec, "s1", map[string]any{
 			"code": `const e = ALL_TOOLS.find((t) => t.id === "client:app:lookup"); return e ? e.description : "none";`,
 		}))

@@ -475,6 +475,7 @@ func TestMCPServeApprovalInResult(t *testing.T) {
 				if !<-approve {
 					return &sdk.ElicitResult{Action: "decline"}, nil
 				}
+				//nolint:contextcheck // the command under test makes its own context, as on a terminal
 				if code, _, errOut := run(t, "--nats", url, "approve", m[1], "--seed-file", seed, "--yes"); code != 0 {
 					return nil, fmt.Errorf("approve: %s", errOut)
 				}
