@@ -17,15 +17,15 @@ import (
 
 const catalogTTL = time.Second
 
-// startBeatWorker starts a worker (no code mode) serving "beat", whose
+// startBeatWorker starts a worker (no code mode) serving tool, whose
 // catalog entry lives catalogTTL after its last refresh. kill closes its
 // connection without a Stop, as a crashed process would leave it.
-func (b *bundle) startBeatWorker(t *testing.T, name string) (w *worker.Worker, kill func()) {
+func (b *bundle) startBeatWorker(t *testing.T, name, tool string) (w *worker.Worker, kill func()) {
 	t.Helper()
 	nc := b.srv.Connect(t)
 	w, err := worker.New(nc, &worker.Config{Name: name, Logger: quiet, StopTimeout: time.Second, CatalogTTL: catalogTTL})
 	require.NoError(t, err)
-	require.NoError(t, w.Register("beat", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
+	require.NoError(t, w.Register(tool, worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
 		return json.RawMessage(`"beat"`), nil
 	}), &worker.ToolConfig{Catalog: &contracts.CatalogTool{Description: "Answers beat."}}))
 	require.NoError(t, w.Start(testutil.Context(t, 20*time.Second)))
@@ -51,34 +51,40 @@ func (b *bundle) sees(t *testing.T, ids ...string) map[string]bool {
 // TestCatalogEntriesExpire: a worker's catalog entry stays while any
 // worker serving the tool refreshes it — past its TTL after one of two
 // workers stopped — and leaves the catalog a run sees once the last one
-// is gone, here killed without a Stop. A client tool lives for its own
+// is gone: stopped, or killed without a Stop. A client tool lives for its own
 // TTL (registering it again would renew it); one without a TTL stays.
 func TestCatalogEntriesExpire(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.startWorker(t, "cm", nil, nil)
-	a, _ := b.startBeatWorker(t, "A")
-	_, killB := b.startBeatWorker(t, "B")
+	a, _ := b.startBeatWorker(t, "A", "beat")
+	_, killB := b.startBeatWorker(t, "B", "beat")
+	alone, _ := b.startBeatWorker(t, "C", "solo")
 	ctx := testutil.Context(t, 60*time.Second)
 	require.NoError(t, b.prod.RegisterClientTool(ctx, contracts.CatalogTool{ID: "client:app:brief", Name: "brief", Description: "Short-lived.", TTLSeconds: 1}))
 	require.NoError(t, b.prod.RegisterClientTool(ctx, contracts.CatalogTool{ID: "client:app:lasting", Name: "lasting", Description: "Default TTL."}))
-	const beat = "toolq:core:beat"
+	const beat, solo = "toolq:core:beat", "toolq:core:solo"
 	registered := time.Now()
 
-	require.Equal(t, map[string]bool{beat: true, "client:app:lasting": true}, pick(b.sees(t, beat, "client:app:lasting"), beat, "client:app:lasting"))
+	require.Equal(t, map[string]bool{beat: true, solo: true, "client:app:lasting": true},
+		pick(b.sees(t, beat, solo, "client:app:lasting"), beat, solo, "client:app:lasting"))
 
-	// A stops; B still serves beat: it stays for three TTLs and more.
+	// A stops; B still serves beat: it stays for three TTLs and more. C,
+	// the only worker of solo, stops too: solo leaves.
 	require.NoError(t, a.Stop(ctx))
+	require.NoError(t, alone.Stop(ctx))
 	stopped := time.Now()
 	for time.Since(stopped) < 3*catalogTTL {
 		require.True(t, b.sees(t, beat)[beat], "beat left the catalog while B serves it")
 		require.NoError(t, ctx.Err())
 		time.Sleep(100 * time.Millisecond) // polling the catalog through runs
 	}
-	// The short-lived client tool is gone by now; the other one stays.
+	// The short-lived client tool and solo are gone by now; the other
+	// client tool stays.
 	require.Greater(t, time.Since(registered), 2*time.Second)
-	seen := b.sees(t, "client:app:brief", "client:app:lasting")
+	seen := b.sees(t, "client:app:brief", "client:app:lasting", solo)
 	require.False(t, seen["client:app:brief"], "a client tool outlived its TTL")
+	require.False(t, seen[solo], "solo outlived its only worker's Stop by three TTLs")
 	require.True(t, seen["client:app:lasting"])
 
 	// B dies without a word: beat leaves within its TTL (and a little).
