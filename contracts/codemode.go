@@ -54,6 +54,60 @@ type CatalogTool struct {
 	SideEffects bool `json:"sideEffects,omitempty"`
 	// UpdatedAt is when the entry was last registered.
 	UpdatedAt time.Time `json:"updatedAt"`
+	// Tenants, when set, are the only tenants whose runs see the entry
+	// ("" is the default tenant): a worker's tool kept to them
+	// (worker.ToolConfig.Tenants), an MCP server configured for them.
+	// Only workers set it, on their own (plain) keys; a tenant's client
+	// tool is its tenant's by its key and carries none.
+	Tenants []string `json:"tenants,omitempty"`
+	// TTLSeconds is how long the entry lives after it was last written
+	// (the bucket's own timestamp of the write, not UpdatedAt): workers
+	// write their entries again every third of it while they serve the
+	// tool, so an entry whose workers are all gone leaves every run's
+	// catalog. A workers' entry without one never expires (workers older
+	// than the rule); a client tool's is DefaultClientToolTTL when absent
+	// and at most MaxClientToolTTL. See Expired.
+	TTLSeconds int `json:"ttlSeconds,omitempty"`
+}
+
+// VisibleTo reports whether a run of tenant may see the entry by its
+// Tenants (a client tool's tenant is in its key: see ParseCatalogKey).
+func (c *CatalogTool) VisibleTo(tenant string) bool {
+	if c.Tenants == nil {
+		return true
+	}
+	for _, t := range c.Tenants {
+		if t == tenant {
+			return true
+		}
+	}
+	return false
+}
+
+// The lifetime of client tools in the catalog: a requester registers one
+// again (RegisterClientTool) to keep it longer.
+const (
+	DefaultClientToolTTL = 24 * time.Hour
+	MaxClientToolTTL     = 7 * 24 * time.Hour
+)
+
+// TTL is how long the entry lives after its last write; 0 for never.
+func (c *CatalogTool) TTL() time.Duration {
+	ttl := time.Duration(max(c.TTLSeconds, 0)) * time.Second
+	if c.Source != SourceClient {
+		return ttl
+	}
+	if ttl == 0 {
+		return DefaultClientToolTTL
+	}
+	return min(ttl, MaxClientToolTTL)
+}
+
+// Expired reports whether the entry, last written at written (the bucket
+// entry's Created time), is past its TTL at now.
+func (c *CatalogTool) Expired(written, now time.Time) bool {
+	ttl := c.TTL()
+	return ttl > 0 && !now.Before(written.Add(ttl))
 }
 
 // Validate checks an entry that came from outside.
@@ -85,6 +139,14 @@ func (c *CatalogTool) Validate() error {
 	}
 	if c.Name == "" {
 		return Errorf(CodeInvalidInput, "catalog entry %q needs a name", c.ID)
+	}
+	if c.Source == SourceClient && c.Tenants != nil {
+		return Errorf(CodeInvalidInput, "catalog entry %q: a client tool is its tenant's by its key and names no tenants", c.ID)
+	}
+	for _, t := range c.Tenants {
+		if t != "" && !ValidID(t) {
+			return Errorf(CodeInvalidInput, "catalog entry %q names tenant %q, not an id", c.ID, clip(t, 64))
+		}
 	}
 	for _, s := range []json.RawMessage{c.InputSchema, c.OutputSchema} {
 		if len(s) > 0 && !json.Valid(s) {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
@@ -28,6 +31,7 @@ import (
 	"github.com/toolq/toolq/scheduler"
 	"github.com/toolq/toolq/shell"
 	"github.com/toolq/toolq/tools/codemode"
+	"github.com/toolq/toolq/tools/mcp"
 	"github.com/toolq/toolq/tools/shellexec"
 	"github.com/toolq/toolq/worker"
 )
@@ -161,6 +165,13 @@ func setupTenancy(t *testing.T) *tenancy {
 	require.NoError(t, err)
 	_, err = codemode.Register(w, b.wnc, &codemode.Config{Engine: engine, Logger: quietLog})
 	require.NoError(t, err)
+	// An MCP server with a resource, once kept to ACME (acme-docs) and
+	// once for every tenant (docs).
+	docs := startMemoServer(t)
+	_, err = mcp.Register(ctx, w, &mcp.Config{Logger: quietLog, Servers: map[string]mcp.ServerConfig{
+		"acme-docs": {URL: docs, Tenants: []string{"ACME"}}, "docs": {URL: docs},
+	}})
+	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -185,6 +196,22 @@ func setupTenancy(t *testing.T) *tenancy {
 		b.approverConns[tenant] = connect(nats.Nkey(pub, kp.Sign))
 	}
 	return b
+}
+
+// startMemoServer serves an MCP server over streamable HTTP with one
+// resource, memo://one.
+func startMemoServer(t *testing.T) string {
+	t.Helper()
+	s := sdk.NewServer(&sdk.Implementation{Name: "memos", Version: "1"}, nil)
+	s.AddResource(&sdk.Resource{URI: "memo://one", Name: "one"}, func(_ context.Context, req *sdk.ReadResourceRequest) (*sdk.ReadResourceResult, error) {
+		return &sdk.ReadResourceResult{Contents: []*sdk.ResourceContents{{URI: req.Params.URI, Text: "first memo"}}}, nil
+	})
+	sdk.AddTool(s, &sdk.Tool{Name: "count", Description: "Count memos."}, func(context.Context, *sdk.CallToolRequest, struct{}) (*sdk.CallToolResult, any, error) {
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "1"}}}, nil, nil
+	})
+	ts := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, nil))
+	t.Cleanup(ts.Close)
+	return ts.URL
 }
 
 func userKey(t *testing.T) (nkeys.KeyPair, string) {
@@ -675,6 +702,40 @@ func TestTenancy(t *testing.T) {
 		after, err = cat.Get(ctx, key)
 		require.NoError(t, err)
 		require.Equal(t, before.Revision(), after.Revision(), "the workers' entries survive")
+	})
+
+	t.Run("4b MCP servers and client tools are the tenant's own", func(t *testing.T) {
+		ctx := testutil.Context(t, 30*time.Second)
+		run := func(p *producer.Producer, code string) json.RawMessage {
+			t.Helper()
+			job, err := p.SubmitCode(ctx, &contracts.CodeModeExecInput{Code: code, AutoResume: true}, nil)
+			require.NoError(t, err)
+			res, err := p.AwaitCodeMode(ctx, job.Session, job.ID, nil)
+			require.NoError(t, err)
+			require.Equal(t, contracts.CodeModeCompleted, res.Status, res.Error)
+			return res.Value
+		}
+		// ACME's runs have both servers; GLOBEX's only the shared one and
+		// no way to ACME's by id.
+		code := `const out = {ns: Object.keys(MCP).sort(), memo: (await MCP.docs.resources.read({uri: "memo://one"})).contents[0].text};
+			try { await tools.call("mcp:acme-docs:resources--read", {uri: "memo://one"}); out.byID = "called"; } catch (e) { out.byID = e.message.includes("not in this run's catalog") ? "refused" : e.message; }
+			if (MCP.acmeDocs) out.acme = (await MCP.acmeDocs.resources.read({uri: "memo://one"})).contents[0].text;
+			return out;`
+		require.JSONEq(t, `{"ns":["acmeDocs","docs"],"memo":"first memo","byID":"tool \"mcp:acme-docs:resources--read\" is an MCP tool: call it as MCP.acmeDocs.resources.read(input)","acme":"first memo"}`, string(run(b.acmeP, code)))
+		require.JSONEq(t, `{"ns":["docs"],"memo":"first memo","byID":"refused"}`, string(run(b.globexP, code)))
+
+		// Client tools of one id: ACME's lives a second, GLOBEX's the
+		// default day; each tenant's runs see only their own.
+		require.NoError(t, b.acmeP.RegisterClientTool(ctx, contracts.CatalogTool{ID: "client:app:note", Name: "note", Description: "ACME's note", TTLSeconds: 1}))
+		require.NoError(t, b.globexP.RegisterClientTool(ctx, contracts.CatalogTool{ID: "client:app:note", Name: "note", Description: "GLOBEX's note"}))
+		registered := time.Now()
+		note := `const e = ALL_TOOLS.find((t) => t.id === "client:app:note"); return e ? e.description : "none";`
+		for string(run(b.acmeP, note)) != `"none"` {
+			require.NoError(t, ctx.Err(), "ACME's client tool outlived its TTL")
+			time.Sleep(100 * time.Millisecond) // polling the catalog through runs
+		}
+		require.GreaterOrEqual(t, time.Since(registered), time.Second)
+		require.JSONEq(t, `"GLOBEX's note"`, string(run(b.globexP, note)))
 	})
 
 	t.Run("5 message schedules as a side door", func(t *testing.T) {

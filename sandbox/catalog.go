@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -225,8 +227,12 @@ func (c *Catalog) SafeNames() map[string]string {
 }
 
 type mcpServer struct {
-	Tools       map[string]string `json:"tools"`
-	Declaration string            `json:"declaration"`
+	Tools map[string]string `json:"tools"`
+	// Resources and Prompts are the catalog ids of the server's
+	// resources.read and prompts.get ("" when it has none).
+	Resources   string `json:"resources,omitempty"`
+	Prompts     string `json:"prompts,omitempty"`
+	Declaration string `json:"declaration"`
 }
 
 // mcpServerName is the owner of an MCP tool: its sourceName, or the middle
@@ -242,16 +248,37 @@ func mcpServerName(t Tool) string {
 	return "mcp"
 }
 
-// mcpNamespaces groups the MCP entries into namespaces (MCP.<server>.<tool>) with a
-// TypeScript-style declaration per server.
-func (c *Catalog) mcpNamespaces() map[string]mcpServer {
-	type fn struct {
-		name string
-		tool Tool
+// mcpFn is one function of an MCP namespace: a tool (MCP.<ns>.<name>) or
+// a capability (MCP.<ns>.resources.read, MCP.<ns>.prompts.get).
+type mcpFn struct {
+	name string // the function's name in the namespace
+	tool Tool
+}
+
+// mcpGroup is one namespace: its callable functions in catalog order.
+type mcpGroup struct {
+	fns       []mcpFn
+	resources *Tool
+	prompts   *Tool
+}
+
+// mcpFnName is the name of an MCP entry's function in its namespace.
+func mcpFnName(t Tool) string {
+	if t.Name == contracts.MCPResourcesRead || t.Name == contracts.MCPPromptsGet {
+		return t.Name
 	}
-	groups := map[string][]fn{}
+	return camelName(t.Name)
+}
+
+// mcpGroups groups the MCP entries into namespaces, in catalog order. A
+// tool whose function name is taken ($api, a helper, two tools of one
+// name, resources or prompts when the server offers them) is left out.
+func (c *Catalog) mcpGroups() ([]string, map[string]*mcpGroup) {
+	groups := map[string]*mcpGroup{}
 	var order []string
-	for _, t := range c.tools {
+	var tools []mcpFn
+	for i := range c.tools {
+		t := c.tools[i]
 		if t.Source != SourceMCP {
 			continue
 		}
@@ -259,45 +286,153 @@ func (c *Catalog) mcpNamespaces() map[string]mcpServer {
 		if ns == "" {
 			continue
 		}
-		if _, ok := groups[ns]; !ok {
+		g, ok := groups[ns]
+		if !ok {
+			g = &mcpGroup{}
+			groups[ns] = g
 			order = append(order, ns)
 		}
-		groups[ns] = append(groups[ns], fn{camelName(t.Name), t})
+		switch t.Name {
+		case contracts.MCPResourcesRead:
+			g.resources = &c.tools[i]
+		case contracts.MCPPromptsGet:
+			g.prompts = &c.tools[i]
+		default:
+			tools = append(tools, mcpFn{ns + "." + camelName(t.Name), t})
+		}
 	}
+	count := map[string]int{}
+	for _, f := range tools {
+		count[f.name]++
+	}
+	for _, f := range tools {
+		ns, name, _ := strings.Cut(f.name, ".")
+		g := groups[ns]
+		switch {
+		case name == "" || name == "$api" || count[f.name] != 1 || reservedToolNames[name],
+			name == "resources" && g.resources != nil, name == "prompts" && g.prompts != nil:
+			continue
+		}
+		g.fns = append(g.fns, mcpFn{name, f.tool})
+	}
+	return order, groups
+}
+
+// mcpNamespaces groups the MCP entries into namespaces (MCP.<server>.<tool>) with a
+// TypeScript-style declaration per server.
+func (c *Catalog) mcpNamespaces() map[string]mcpServer {
+	order, groups := c.mcpGroups()
 	out := map[string]mcpServer{}
 	for _, ns := range order {
-		count := map[string]int{}
-		for _, f := range groups[ns] {
-			count[f.name]++
-		}
-		srv := mcpServer{Tools: map[string]string{}}
-		var d strings.Builder
-		fmt.Fprintf(&d, "declare namespace MCP.%s {\n", ns)
-		d.WriteString("  /** Returns this TypeScript-style API header. */\n")
-		d.WriteString("  function $api(toolName?: string, options?: { schema?: boolean }): Promise<string>;\n")
-		for _, f := range groups[ns] {
-			if f.name == "" || f.name == "$api" || count[f.name] != 1 || reservedToolNames[f.name] {
-				continue
-			}
+		g := groups[ns]
+		srv := mcpServer{Tools: map[string]string{}, Declaration: g.declaration(ns, nil, false)}
+		for _, f := range g.fns {
 			srv.Tools[f.name] = f.tool.ID
-			d.WriteString("\n  /**\n")
-			for _, line := range strings.Split(strings.TrimSpace(f.tool.Description), "\n") {
-				fmt.Fprintf(&d, "   * %s\n", strings.ReplaceAll(line, "*/", "*\\/"))
-			}
-			fmt.Fprintf(&d, "   * @id %s\n   */\n", f.tool.ID)
-			input := strings.TrimSpace(f.tool.Input)
-			if input == "" {
-				input = "unknown"
-			}
-			output := "McpToolResult"
-			if o := strings.TrimSpace(f.tool.Output); o != "" {
-				output = o
-			}
-			fmt.Fprintf(&d, "  function %s(input: %s): Promise<%s>;\n", f.name, input, output)
 		}
-		d.WriteString("}\n")
-		srv.Declaration = d.String()
+		if g.resources != nil {
+			srv.Resources = g.resources.ID
+		}
+		if g.prompts != nil {
+			srv.Prompts = g.prompts.ID
+		}
 		out[ns] = srv
 	}
 	return out
+}
+
+// mcpAPI is $api(toolName, {schema}) of namespace ns: the declaration of
+// the whole namespace (toolName "") or of one function, named as the
+// namespace names it (createIssue, resources.read), as the server names it
+// (create_issue) or by its catalog id; with schema, each function's doc
+// comment also carries its input and output JSON Schemas.
+func (c *Catalog) mcpAPI(ns, toolName string, schema bool) (string, error) {
+	_, groups := c.mcpGroups()
+	g, ok := groups[ns]
+	if !ok {
+		return "", fmt.Errorf("MCP.%s is not a namespace of this run", ns)
+	}
+	if toolName == "" {
+		return g.declaration(ns, nil, schema), nil
+	}
+	for _, f := range g.all() {
+		if toolName == f.name || toolName == f.tool.Name || toolName == f.tool.ID {
+			return g.declaration(ns, &f, schema), nil
+		}
+	}
+	return "", fmt.Errorf("MCP.%s has no tool %q", ns, toolName)
+}
+
+// all is every function of g, the capabilities under their dotted names.
+func (g *mcpGroup) all() []mcpFn {
+	out := append([]mcpFn(nil), g.fns...)
+	if g.resources != nil {
+		out = append(out, mcpFn{contracts.MCPResourcesRead, *g.resources})
+	}
+	if g.prompts != nil {
+		out = append(out, mcpFn{contracts.MCPPromptsGet, *g.prompts})
+	}
+	return out
+}
+
+// declaration renders namespace ns (only one function of it when only is
+// set), with the functions' schemas when schema is true.
+func (g *mcpGroup) declaration(ns string, only *mcpFn, schema bool) string {
+	var d strings.Builder
+	fmt.Fprintf(&d, "declare namespace MCP.%s {\n", ns)
+	if only == nil {
+		d.WriteString("  /** Returns this TypeScript-style API header (of one tool with toolName; with schema: true, with JSON Schemas). */\n")
+		d.WriteString("  function $api(toolName?: string, options?: { schema?: boolean }): Promise<string>;\n")
+	}
+	for _, f := range g.all() {
+		if only != nil && f.tool.ID != only.tool.ID {
+			continue
+		}
+		name, indent := f.name, "  "
+		space, fn, _ := strings.Cut(f.name, ".")
+		if fn != "" {
+			name, indent = fn, "    "
+			fmt.Fprintf(&d, "\n  namespace %s {", space)
+		}
+		d.WriteString("\n" + indent + "/**\n")
+		for _, line := range strings.Split(strings.TrimSpace(f.tool.Description), "\n") {
+			fmt.Fprintf(&d, "%s * %s\n", indent, commentSafe(line))
+		}
+		fmt.Fprintf(&d, "%s * @id %s\n", indent, f.tool.ID)
+		if schema {
+			params := string(f.tool.Parameters)
+			if params == "" {
+				params = "{}"
+			}
+			fmt.Fprintf(&d, "%s * @inputSchema %s\n", indent, commentSafe(compactJSON(params)))
+			if len(f.tool.OutputSchema) > 0 {
+				fmt.Fprintf(&d, "%s * @outputSchema %s\n", indent, commentSafe(compactJSON(string(f.tool.OutputSchema))))
+			}
+		}
+		d.WriteString(indent + " */\n")
+		input := strings.TrimSpace(f.tool.Input)
+		if input == "" {
+			input = "unknown"
+		}
+		output := "McpToolResult"
+		if o := strings.TrimSpace(f.tool.Output); o != "" {
+			output = o
+		}
+		fmt.Fprintf(&d, "%sfunction %s(input: %s): Promise<%s>;\n", indent, name, input, output)
+		if fn != "" {
+			d.WriteString("  }\n")
+		}
+	}
+	d.WriteString("}\n")
+	return d.String()
+}
+
+// commentSafe keeps a line from ending its doc comment.
+func commentSafe(s string) string { return strings.ReplaceAll(s, "*/", "*\\/") }
+
+func compactJSON(s string) string {
+	var b bytes.Buffer
+	if json.Compact(&b, []byte(s)) != nil {
+		return s
+	}
+	return b.String()
 }

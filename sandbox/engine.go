@@ -80,6 +80,10 @@ type EngineConfig struct {
 	CompilationCacheDir string
 	// Wasm overrides the embedded quickjs.wasm (tests of foreign builds).
 	Wasm []byte
+
+	// runtime overrides the guest runtime (prelude.js): tests of snapshots
+	// made by an older one.
+	runtime string
 }
 
 // SnapshotKey is a snapshot-verification key and its id.
@@ -142,6 +146,10 @@ func NewEngine(ctx context.Context, cfg *EngineConfig) (*Engine, error) {
 			return nil, contracts.Errorf(contracts.CodeRuntimeUnavailable, "code mode runtime unavailable: %v", err)
 		}
 	}
+	guest := prelude
+	if cfg.runtime != "" {
+		guest = cfg.runtime
+	}
 	cacheDir := cfg.CompilationCacheDir
 	switch cacheDir {
 	case "":
@@ -156,7 +164,7 @@ func NewEngine(ctx context.Context, cfg *EngineConfig) (*Engine, error) {
 		Wasm:                wasm,
 		CompilationCacheDir: cacheDir,
 		MemoryLimitPages:    pages,
-		Setup:               setupImage,
+		Setup:               setupImage(guest),
 		GCThreshold:         gcThreshold,
 	})
 	if err != nil {
@@ -194,14 +202,22 @@ func NewEngine(ctx context.Context, cfg *EngineConfig) (*Engine, error) {
 var gcThreshold uint32 = 4 << 20
 
 // setupImage evaluates the guest runtime in the image VM and keeps its
-// install and start functions.
-func setupImage(ctx context.Context, vm *engine.VM) ([]engine.Value, error) {
+// install and start functions. The image, and so its digest in every
+// snapshot's header, changes with the guest runtime: a snapshot made under
+// another prelude.js is refused as a foreign build.
+func setupImage(guest string) func(ctx context.Context, vm *engine.VM) ([]engine.Value, error) {
+	return func(ctx context.Context, vm *engine.VM) ([]engine.Value, error) {
+		return evalRuntime(ctx, vm, guest)
+	}
+}
+
+func evalRuntime(ctx context.Context, vm *engine.VM, guest string) ([]engine.Value, error) {
 	host, err := vm.NewHostFunction(ctx, hostFunctionName, 2)
 	if err != nil {
 		return nil, err
 	}
 	defer vm.Free(ctx, host)
-	factory, err := vm.Eval(ctx, prelude, "toolq:runtime", 0)
+	factory, err := vm.Eval(ctx, guest, "toolq:runtime", 0)
 	if err != nil {
 		return nil, fmt.Errorf("evaluate guest runtime: %w", err)
 	}

@@ -36,10 +36,17 @@
   function op(name, payload) {
     return host(name, payload === undefined ? "" : enc(payload));
   }
+  // A host error becomes a plain Error; a nested job's failure also
+  // carries its error code (invalid_input, provider_error …) as e.code.
+  function guestError(r) {
+    const e = new _Error(_String(r.error));
+    if (typeof r.code === "string") e.code = r.code;
+    return e;
+  }
   function unwrap(envelope) {
     const r = parse(envelope);
     if (r !== null && typeof r === "object" && hasOwn.call(r, "error")) {
-      throw new _Error(_String(r.error));
+      throw guestError(r);
     }
     return r === null || typeof r !== "object" ? undefined : r.value;
   }
@@ -93,7 +100,7 @@
   async function call(id, input) {
     const r = parse(await settle(op("call", { id: _String(id), input: input === undefined ? null : input })));
     if (r !== null && typeof r === "object" && hasOwn.call(r, "error")) {
-      return { ok: false, error: _String(r.error) };
+      return typeof r.code === "string" ? { ok: false, error: _String(r.error), code: r.code } : { ok: false, error: _String(r.error) };
     }
     return { ok: true, value: r === null || typeof r !== "object" ? undefined : r.value };
   }
@@ -171,9 +178,22 @@
           return callMCP(id, input);
         };
       }
+      if (spec.resources) {
+        const id = spec.resources;
+        ns.resources = freeze({ read: function (input) { return callMCP(id, input); } });
+      }
+      if (spec.prompts) {
+        const id = spec.prompts;
+        ns.prompts = freeze({ get: function (input) { return callMCP(id, input); } });
+      }
       const declaration = _String(spec.declaration || "");
+      // $api() is the namespace's declaration as it is; one tool's, or
+      // the schemas, the host renders from the run's catalog.
       ns.$api = async function (toolName, options) {
-        return declaration;
+        const schema = options !== null && typeof options === "object" && options.schema === true;
+        const tool = toolName === undefined || toolName === null ? "" : _String(toolName);
+        if (tool === "" && !schema) return declaration;
+        return unwrap(op("api", { namespace: server, tool: tool, schema: schema }));
       };
       MCP[server] = freeze(ns);
     }

@@ -452,6 +452,8 @@ func (r *run) HostCall(ctx context.Context, vm *engine.VM, name string, _ engine
 		return r.call(ctx, payload)
 	case "yield":
 		return r.yield(ctx, payload)
+	case "api":
+		return r.api(ctx, payload)
 	}
 	return 0, fmt.Errorf("unknown host operation %q", op)
 }
@@ -580,6 +582,24 @@ func (r *run) describe(ctx context.Context, payload string) (engine.Value, error
 	return r.returnJSON(ctx, map[string]any{"value": d})
 }
 
+// api serves $api(toolName, {schema}) of an MCP namespace: no bridge
+// call, the declarations come from the run's catalog.
+func (r *run) api(ctx context.Context, payload string) (engine.Value, error) {
+	var q struct {
+		Namespace string `json:"namespace"`
+		Tool      string `json:"tool"`
+		Schema    bool   `json:"schema"`
+	}
+	if err := json.Unmarshal([]byte(toUTF8(payload)), &q); err != nil {
+		return 0, fmt.Errorf("$api: %w", err)
+	}
+	decl, err := r.cat.mcpAPI(q.Namespace, q.Tool, q.Schema)
+	if err != nil {
+		return r.vm.NewString(ctx, envelope(nil, "$api: "+err.Error()))
+	}
+	return r.returnJSON(ctx, map[string]any{"value": decl})
+}
+
 func (r *run) returnJSON(ctx context.Context, v any) (engine.Value, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -612,7 +632,7 @@ func (r *run) call(ctx context.Context, payload string) (engine.Value, error) {
 		return 0, fmt.Errorf("unknown tool %q: it is not in this run's catalog", q.ID)
 	}
 	if t.Source == SourceMCP && !q.MCP {
-		return 0, fmt.Errorf("tool %q is an MCP tool: call it as MCP.%s.%s(input)", q.ID, camelName(mcpServerName(t)), camelName(t.Name))
+		return 0, fmt.Errorf("tool %q is an MCP tool: call it as MCP.%s.%s(input)", q.ID, camelName(mcpServerName(t)), mcpFnName(t))
 	}
 	input := compact(q.Input)
 	if len(input) == 0 {
@@ -781,7 +801,13 @@ func (r *run) snapshot(ctx context.Context) ([]byte, error) {
 // envelope is what a pending call's promise resolves with.
 func envelope(value json.RawMessage, errMsg string) string {
 	if errMsg != "" {
-		b, _ := json.Marshal(map[string]string{"error": errMsg})
+		e := map[string]string{"error": errMsg}
+		// A nested job's failure reads "<code>: <message>": the guest's
+		// Error gets the code as its code property.
+		if code, _, ok := strings.Cut(errMsg, ": "); ok && contracts.ErrorCode(code).Valid() {
+			e["code"] = code
+		}
+		b, _ := json.Marshal(e)
 		return string(b)
 	}
 	if len(value) == 0 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -70,7 +71,17 @@ type Config struct {
 	// the Observer (one consumer listing per jobs stream served); 15 s by
 	// default.
 	LagInterval time.Duration
+	// CatalogTTL is how long the catalog entries of this worker's tools
+	// outlive it: each is written with this TTL and again every third of
+	// it while the worker runs, so a tool whose workers have all stopped
+	// or died leaves code-mode runs' catalogs within CatalogTTL (while
+	// another worker serves it, it stays). DefaultCatalogTTL when zero, at
+	// least one second; negative writes entries that never expire, once.
+	CatalogTTL time.Duration
 }
+
+// DefaultCatalogTTL is Config.CatalogTTL when zero.
+const DefaultCatalogTTL = 90 * time.Second
 
 // DefaultMaxQueueTime is the queue-time limit of Config.MaxQueueTime when
 // it is zero.
@@ -112,6 +123,18 @@ type ToolConfig struct {
 	// calls) do not yet carry a job's tenant, and for tools only toolq's
 	// own processes may submit (a run's continuation).
 	DefaultTenantOnly bool
+	// Tenants, when set, keeps the tool to these tenants ("" is the
+	// default tenant): the worker pulls the tool's jobs only from their
+	// streams (another tenant's job of it waits for a worker that serves
+	// it, and the queue-time limit fails it as runtime_unavailable), and
+	// its catalog entry names them, so only their code-mode runs see it.
+	// Nil: every tenant the worker serves.
+	Tenants []string
+}
+
+// servesTenant reports whether the tool serves tenant's jobs.
+func (c *ToolConfig) servesTenant(tenant string) bool {
+	return c.Tenants == nil || slices.Contains(c.Tenants, tenant)
 }
 
 // RetryPolicy is exponential backoff with jitter for retryable failures.
@@ -255,6 +278,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	switch {
+	case c.CatalogTTL == 0:
+		c.CatalogTTL = DefaultCatalogTTL
+	case c.CatalogTTL > 0 && c.CatalogTTL < time.Second:
+		return c, fmt.Errorf("worker: catalog TTL %s below 1s", c.CatalogTTL)
 	}
 	if c.LagInterval == 0 {
 		c.LagInterval = 15 * time.Second

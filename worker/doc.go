@@ -76,6 +76,15 @@
 // Start and a second Stop are harmless, a failed Start can be retried, and
 // a stopped worker can start again.
 //
+// # The catalog
+//
+// A tool registered with ToolConfig.Catalog is written to the catalog
+// bucket at Start with Config.CatalogTTL and written again every third of
+// it while the worker runs, so code-mode runs see it while any worker
+// serves it and lose it within the TTL once every one has stopped or
+// died. ToolConfig.Tenants keeps a tool to some tenants: the worker pulls
+// it only from their streams, and its entry names them.
+//
 // # Built-in tools
 //
 // With Config.Builtins, noop returns its input and sleep {ms} waits,

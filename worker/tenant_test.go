@@ -238,3 +238,68 @@ func TestTenantNestedReport(t *testing.T) {
 	}
 	require.Empty(t, got, "the refused job reported to nobody")
 }
+
+// lastTenantEvent polls for the terminal event of a tenant's job.
+func lastTenantEvent(t *testing.T, b *bundle, tenant, session, id string) *contracts.Event {
+	t.Helper()
+	ctx := testutil.Context(t, 20*time.Second)
+	s := contracts.Subjects{}
+	events, err := b.js.Stream(ctx, s.EventsStream())
+	require.NoError(t, err)
+	for {
+		m, err := events.GetLastMsgForSubject(ctx, s.TenantEvent(tenant, session, id))
+		if err == nil {
+			ev, err := contracts.DecodeEvent(m.Data)
+			require.NoError(t, err)
+			if ev.Data.Status.Terminal() {
+				return ev
+			}
+		}
+		require.NoError(t, ctx.Err(), "no terminal event of %s/%s", tenant, id)
+		time.Sleep(20 * time.Millisecond) // polling the server
+	}
+}
+
+// TestToolKeptToTenants: a tool kept to ACME (ToolConfig.Tenants) is
+// pulled only from ACME's stream: GLOBEX's job of it is served by nobody
+// and fails runtime_unavailable at the queue-time limit, in GLOBEX's
+// events; the default tenant's submit is refused (no worker serves it:
+// invalid_input, as for any tool nobody serves);
+// its catalog entry names ACME, and a tool without the list names none.
+func TestToolKeptToTenants(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	addTenant(t, b, "ACME")
+	addTenant(t, b, "GLOBEX")
+	b.startWorker(t, &worker.Config{Tenants: true, Builtins: true, MaxQueueTime: 500 * time.Millisecond}, func(w *worker.Worker) {
+		require.NoError(t, w.Register("acme_only", worker.HandlerFunc(func(_ context.Context, j *contracts.Job) (json.RawMessage, error) {
+			return json.Marshal("ran for " + j.Tenant)
+		}), &worker.ToolConfig{Tenants: []string{"ACME"}, Catalog: &contracts.CatalogTool{Description: "ACME's."}}))
+	})
+	ctx := testutil.Context(t, 20*time.Second)
+	s := contracts.Subjects{}
+	for _, tenant := range []string{"ACME", "GLOBEX"} {
+		_, err := b.js.Publish(ctx, s.TenantJob(tenant, "acme_only"), []byte(`{"id":"j1","tool":"acme_only","session":"s1","created_at":"2026-01-01T00:00:00Z"}`), jetstream.WithMsgID("j1"))
+		require.NoError(t, err)
+	}
+	ev := lastTenantEvent(t, b, "ACME", "s1", "j1")
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, "%v", ev.Data.Error)
+	require.JSONEq(t, `"ran for ACME"`, string(ev.Data.Result))
+	ev = lastTenantEvent(t, b, "GLOBEX", "s1", "j1")
+	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+	require.Equal(t, contracts.CodeRuntimeUnavailable, ev.Data.Error.Code, ev.Data.Error.Message)
+
+	_, err := b.prod.Submit(ctx, "acme_only", nil, nil)
+	require.ErrorIs(t, err, contracts.ErrInvalidInput)
+	require.ErrorContains(t, err, `no worker serves tool "acme_only"`, "the default tenant is not served")
+
+	kv, err := b.js.KeyValue(ctx, s.CatalogBucket())
+	require.NoError(t, err)
+	for key, want := range map[string][]string{"toolq.core.acme_only": {"ACME"}, "toolq.core.noop": nil} {
+		e, err := kv.Get(ctx, key)
+		require.NoError(t, err)
+		var entry contracts.CatalogTool
+		require.NoError(t, json.Unmarshal(e.Value(), &entry))
+		require.Equal(t, want, entry.Tenants, key)
+	}
+}

@@ -71,10 +71,14 @@ type Worker struct {
 	cancelsKV jetstream.KeyValue
 	feed      chan cancelNote // to the cancel hooks; nil without hooks
 
-	runCtx    context.Context // parent of every job's context
-	runCancel context.CancelCauseFunc
-	wg        sync.WaitGroup // jobs
-	loops     sync.WaitGroup // owned background loops
+	runCtx context.Context // parent of every job's context
+	// catalogKV and catalogPuts are the catalog entries Start wrote, which
+	// refreshCatalog keeps written.
+	catalogKV   jetstream.KeyValue
+	catalogPuts []catalogPut
+	runCancel   context.CancelCauseFunc
+	wg          sync.WaitGroup // jobs
+	loops       sync.WaitGroup // owned background loops
 }
 
 type tool struct {
@@ -306,6 +310,10 @@ func (w *Worker) startConsuming(ctx context.Context) error {
 	}
 	w.loops.Add(1)
 	go w.heartbeats()
+	if w.catalogRefreshes() {
+		w.loops.Add(1)
+		go w.refreshCatalog() //nolint:contextcheck // the refresh lives until Stop and uses the worker's run context
+	}
 	if w.cfg.Observer != nil {
 		w.loops.Add(1)
 		go w.sampleLag() //nolint:contextcheck // the sampler lives until Stop and uses the worker's run context
@@ -386,7 +394,9 @@ func (w *Worker) consumers() []*tool {
 	defer w.tenantMu.Unlock()
 	ts := make([]*tool, 0, len(w.tools))
 	for _, t := range w.tools {
-		ts = append(ts, t)
+		if t.cfg.servesTenant("") {
+			ts = append(ts, t)
+		}
 	}
 	for _, twins := range w.twins {
 		ts = append(ts, twins...)

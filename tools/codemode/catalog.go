@@ -1,6 +1,7 @@
 package codemode
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -68,7 +69,16 @@ func (c *catalog) waitApplied(ctx context.Context, seq uint64, d time.Duration) 
 type catalogEntry struct {
 	tool   contracts.CatalogTool
 	tenant string
+	// written is when the bucket last took the entry (the server's
+	// timestamp), raw what it took: a refresh writes the same bytes.
+	written time.Time
+	raw     []byte
 }
+
+// expired reports an entry past its TTL (contracts.CatalogTool.Expired):
+// its workers stopped refreshing it, or its client tool was not
+// registered again.
+func (e *catalogEntry) expired(now time.Time) bool { return e.tool.Expired(e.written, now) }
 
 // MaxClientTools is how many client tools one tenant may hold in the
 // catalog; an entry past it is refused (each run copies its tenant's
@@ -124,6 +134,12 @@ func (c *catalog) apply(e jetstream.KeyValueEntry) {
 		c.remove(key)
 		return
 	}
+	if held, ok := c.entries[key]; ok && bytes.Equal(held.raw, e.Value()) {
+		// A refresh: the same entry, written again.
+		held.written = e.Created()
+		c.entries[key] = held
+		return
+	}
 	tenant, idKey, ok := contracts.ParseCatalogKey(key)
 	if !ok {
 		c.log.Warn("catalog entry refused: key of no known shape", slog.String("key", key))
@@ -158,12 +174,15 @@ func (c *catalog) apply(e jetstream.KeyValueEntry) {
 	}
 	client := t.Source == contracts.SourceClient
 	if _, held := c.entries[key]; !held && client && c.clients[tenant] >= MaxClientTools {
+		c.pruneClients(tenant, time.Now())
+	}
+	if _, held := c.entries[key]; !held && client && c.clients[tenant] >= MaxClientTools {
 		c.log.Warn("catalog entry refused: the tenant holds the most client tools allowed",
 			slog.String("key", key), slog.String("tenant", tenant), slog.Int("max", MaxClientTools))
 		return
 	}
 	c.remove(key)
-	c.entries[key] = catalogEntry{tool: t, tenant: tenant}
+	c.entries[key] = catalogEntry{tool: t, tenant: tenant, written: e.Created(), raw: bytes.Clone(e.Value())}
 	if client {
 		c.clients[tenant]++
 	}
@@ -181,6 +200,16 @@ func (c *catalog) remove(key string) {
 	}
 }
 
+// pruneClients drops tenant's expired client tools, which then no longer
+// count against MaxClientTools; c.mu is held.
+func (c *catalog) pruneClients(tenant string, now time.Time) {
+	for key, e := range c.entries {
+		if e.tenant == tenant && e.tool.Source == contracts.SourceClient && e.expired(now) {
+			c.remove(key)
+		}
+	}
+}
+
 // lookup returns the entry of id that a run of tenant may see.
 func (c *catalog) lookup(tenant, id string) (contracts.CatalogTool, bool) {
 	key := contracts.CatalogKey(id)
@@ -190,7 +219,10 @@ func (c *catalog) lookup(tenant, id string) (contracts.CatalogTool, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	e, ok := c.entries[key]
-	return e.tool, ok
+	if !ok || !e.tool.VisibleTo(tenant) || e.expired(time.Now()) {
+		return contracts.CatalogTool{}, false
+	}
+	return e.tool, true
 }
 
 // runCatalog is what one run may use: the sandbox's tools and, by id, how
@@ -213,9 +245,11 @@ func (c *catalog) forRun(tenant string, allow, deny, job []string, shellExec boo
 	var rc runCatalog
 	rc.refs = map[string]catalogRef{}
 	visible := make([]contracts.CatalogTool, 0, len(c.entries))
+	now := time.Now()
 	for _, e := range c.entries {
-		// Workers' tools are everyone's; client tools their tenant's.
-		if e.tool.Source == contracts.SourceClient && e.tenant != tenant {
+		// Workers' tools are everyone's (or their Tenants'); client tools
+		// their tenant's; an expired entry is nobody's.
+		if e.tool.Source == contracts.SourceClient && e.tenant != tenant || !e.tool.VisibleTo(tenant) || e.expired(now) {
 			continue
 		}
 		visible = append(visible, e.tool)
@@ -250,7 +284,9 @@ func toSandbox(t contracts.CatalogTool) sandbox.Tool {
 		params = json.RawMessage(`{}`)
 	}
 	output := contracts.TypeHint(t.OutputSchema)
-	if t.Source == contracts.SourceMCP {
+	if t.Source == contracts.SourceMCP && t.Name != contracts.MCPResourcesRead && t.Name != contracts.MCPPromptsGet {
+		// A server's tool: its schema is the McpToolResult's (a server's
+		// resources and prompts have toolq's own result types).
 		output = mcpOutputHint(t.OutputSchema)
 	}
 	return sandbox.Tool{

@@ -57,6 +57,11 @@ type ServerConfig struct {
 	// request (Authorization, for example).
 	URL     string            `json:"url,omitempty"`
 	Headers map[string]string `json:"headers,omitempty"`
+	// Tenants, when set, keeps the server to these tenants ("" is the
+	// default tenant): only their jobs of its tools are pulled, and only
+	// their code-mode runs see MCP.<server> (worker.ToolConfig.Tenants).
+	// Absent: every tenant the worker serves.
+	Tenants []string `json:"tenants,omitempty"`
 }
 
 // ParseConfig reads a JSON configuration: {"servers": {name: server}}; the
@@ -109,6 +114,14 @@ func (c *Config) validate() error {
 			return contracts.Errorf(contracts.CodeInvalidInput, "mcp servers %q and %q would share the guest namespace MCP.%s", other, name, ns)
 		}
 		namespaces[ns] = name
+		if s.Tenants != nil && len(s.Tenants) == 0 {
+			return contracts.Errorf(contracts.CodeInvalidInput, "mcp server %s: tenants is empty: name at least one (\"\" is the default tenant) or leave it out", name)
+		}
+		for _, t := range s.Tenants {
+			if t != "" && !contracts.ValidID(t) {
+				return contracts.Errorf(contracts.CodeInvalidInput, "mcp server %s: tenant %q is not a tenant id", name, t)
+			}
+		}
 		switch {
 		case s.Command != "" && s.URL != "":
 			return contracts.Errorf(contracts.CodeInvalidInput, "mcp server %s: give command or url, not both", name)

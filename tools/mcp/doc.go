@@ -35,6 +35,24 @@
 // A tool name that is not an id token ("a.b/c") gets its other characters
 // replaced by '_' and a short hash of the original name appended.
 //
+// # Resources and prompts
+//
+// A server that declares the resources capability also gets the bus tool
+// mcp.S.resources.read (catalog entry mcp:S:resources--read, input {uri}),
+// and one that declares prompts mcp.S.prompts.get (mcp:S:prompts--get,
+// input {name, arguments}); guests call them as MCP.<ns>.resources.read
+// and MCP.<ns>.prompts.get. Their schemas are toolq's own; the results are
+// contracts.MCPReadResourceResult and contracts.MCPGetPromptResult. They
+// are reads and may be made by restartSafe runs. A server tool named
+// resources--read or prompts--get is left out.
+//
+// # Tenants
+//
+// A server's "tenants" keeps it to those tenants ("" is the default one):
+// its tools are pulled only from their jobs streams and only their
+// code-mode runs see them (worker.ToolConfig.Tenants). Without it, every
+// tenant the worker serves uses the server.
+//
 // # Untrusted metadata
 //
 // What a server says about its tools is not trusted: descriptions and
@@ -54,7 +72,8 @@
 // an error (isError) still completes. Failures are *contracts.Error:
 //
 //   - invalid_input: the input is not an object or does not match the
-//     schema, or the server refuses the arguments;
+//     schema, or the server refuses the arguments (for resources and
+//     prompts: an unknown resource or prompt);
 //   - provider_unavailable, retryable: the server cannot be reached or the
 //     session broke; the session is dropped and the next call connects
 //     again (a stdio server is started again);

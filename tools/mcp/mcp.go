@@ -210,6 +210,9 @@ func (s *server) listTools(ctx context.Context) ([]Tool, error) {
 			break
 		}
 		tool, err := s.newTool(t)
+		if err == nil && reservedToken(tool.Catalog.Name) {
+			err = errors.New("its name is taken by the server's resources or prompts")
+		}
 		if err != nil {
 			s.log.Warn("mcp tool left out", slog.String("tool", clean(t.Name, 128, true)), slog.Any("err", err))
 			continue
@@ -221,6 +224,11 @@ func (s *server) listTools(ctx context.Context) ([]Tool, error) {
 		seen[tool.Name] = t.Name
 		out = append(out, tool)
 	}
+	caps, err := s.capabilityTools(sess.cs.InitializeResult())
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, caps...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }

@@ -23,7 +23,8 @@ func Register(ctx context.Context, w *worker.Worker, cfg *Config) (*Servers, err
 	}
 	for _, tool := range s.tools {
 		entry := tool.Catalog
-		if err := w.Register(tool.Name, worker.HandlerFunc(tool.Handle), &worker.ToolConfig{Catalog: &entry}); err != nil {
+		tc := &worker.ToolConfig{Catalog: &entry, Tenants: tool.srv.cfg.Tenants}
+		if err := w.Register(tool.Name, worker.HandlerFunc(tool.Handle), tc); err != nil {
 			_ = s.Close()
 			return nil, fmt.Errorf("mcp: %w", err)
 		}

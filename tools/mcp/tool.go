@@ -27,8 +27,9 @@ type Tool struct {
 	Catalog contracts.CatalogTool
 
 	srv      *server
-	remote   string // the tool's name on the server
+	remote   string // the tool's name on the server (the method, for resources and prompts)
 	inSchema *jsonschema.Schema
+	kind     kind
 }
 
 // Server is the name of the tool's server.
@@ -60,8 +61,25 @@ func (t Tool) Handle(ctx context.Context, job *contracts.Job) (json.RawMessage, 
 	if err != nil {
 		return nil, t.fail(ctx, err, "connect")
 	}
-	res, err := sess.cs.CallTool(ctx, &sdk.CallToolParams{Name: t.remote, Arguments: args})
-	if err != nil {
+	var out json.RawMessage
+	switch t.kind {
+	case kindResource:
+		out, err = t.readResource(ctx, sess.cs, args)
+	case kindPrompt:
+		out, err = t.getPrompt(ctx, sess.cs, args)
+	default:
+		var res *sdk.CallToolResult
+		if res, err = sess.cs.CallTool(ctx, &sdk.CallToolParams{Name: t.remote, Arguments: args}); err == nil {
+			if out, err = toResult(res); err != nil {
+				err = unusable{err}
+			}
+		}
+	}
+	var bad unusable
+	switch {
+	case errors.As(err, &bad):
+		return nil, &contracts.Error{Code: contracts.CodeProviderError, Message: fmt.Sprintf("mcp %s: %s: %v", t.srv.name, t.remote, bad)}
+	case err != nil:
 		cerr := t.fail(ctx, err, "call")
 		if cerr.Code == contracts.CodeProviderUnavailable {
 			// The session is broken (a slow tool is not: its timeout
@@ -70,16 +88,15 @@ func (t Tool) Handle(ctx context.Context, job *contracts.Job) (json.RawMessage, 
 		}
 		return nil, cerr
 	}
-	out, err := toResult(res)
-	if err != nil {
-		return nil, &contracts.Error{Code: contracts.CodeProviderError, Message: fmt.Sprintf("mcp %s: %s: unusable result: %v", t.srv.name, t.remote, err)}
-	}
 	return out, nil
 }
 
 // arguments checks the input against the tool's schema.
 func (t Tool) arguments(input json.RawMessage) (map[string]any, error) {
 	input = bytes.TrimSpace(input)
+	if (len(input) == 0 || string(input) == "null") && t.kind != kindTool {
+		return nil, contracts.Errorf(contracts.CodeInvalidInput, "mcp %s: %s: input must be %s", t.srv.name, t.remote, t.shape())
+	}
 	if len(input) == 0 || string(input) == "null" {
 		input = json.RawMessage(`{}`)
 	}
@@ -95,6 +112,14 @@ func (t Tool) arguments(input json.RawMessage) (map[string]any, error) {
 		return nil, contracts.Errorf(contracts.CodeInvalidInput, "mcp tool %s: input does not match its schema: %s", t.Name, violations(err))
 	}
 	return args, nil
+}
+
+// shape says what a capability tool's input looks like.
+func (t Tool) shape() string {
+	if t.kind == kindPrompt {
+		return `{"name": string, "arguments"?: {string: string}}`
+	}
+	return `{"uri": string}`
 }
 
 // violations lists the first few violations of a validation error, such as
@@ -128,14 +153,35 @@ func (t Tool) fail(ctx context.Context, err error, what string) *contracts.Error
 	var werr *jsonrpc.Error
 	if !errors.Is(err, sdk.ErrConnectionClosed) && errors.As(err, &werr) {
 		switch werr.Code {
-		case jsonrpc.CodeInvalidParams:
-			return &contracts.Error{Code: contracts.CodeInvalidInput, Message: prefix + clean(werr.Message, 512, true)}
+		case jsonrpc.CodeInvalidParams, codeLegacyResourceNotFound:
+			// Bad arguments, and (MCP since SEP-2164, and before it
+			// -32002) an unknown resource or prompt.
+			return &contracts.Error{Code: contracts.CodeInvalidInput, Message: prefix + clean(werr.Message, 512, true) + t.what(werr)}
 		case -32003, -32004, -32005: // client or server closing, rejected by the transport
 		default:
 			return &contracts.Error{Code: contracts.CodeProviderError, Message: prefix + clean(werr.Message, 512, true)}
 		}
 	}
 	return &contracts.Error{Code: contracts.CodeProviderUnavailable, Message: prefix + clean(err.Error(), 512, true), Retryable: true}
+}
+
+// codeLegacyResourceNotFound is the "resource not found" of servers older
+// than SEP-2164 (which made it invalid params).
+const codeLegacyResourceNotFound = -32002
+
+// what names the resource or prompt a refusal was about, as the server's
+// error data says ("" when it says nothing usable).
+func (t Tool) what(werr *jsonrpc.Error) string {
+	if t.kind != kindResource || len(werr.Data) == 0 {
+		return ""
+	}
+	var d struct {
+		URI string `json:"uri"`
+	}
+	if json.Unmarshal(werr.Data, &d) != nil || d.URI == "" {
+		return ""
+	}
+	return " (" + clean(d.URI, 256, true) + ")"
 }
 
 // toResult turns the SDK's result into the McpToolResult.

@@ -2,8 +2,11 @@ package cli
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -92,6 +95,9 @@ type mcpServe struct {
 	// stdio is the session of connections without an MCP session id
 	// (stdio, in-memory): one per process.
 	stdio string
+	// stateKey signs the requestState of an approval's elicitation
+	// (multi round-trip requests): one random key per process.
+	stateKey []byte
 }
 
 func newMCPServe(nc *nats.Conn, p *producer.Producer, subj contracts.Subjects, surface *tooldefs.Surface, log *slog.Logger, cfg *mcpServeConfig) (*mcpServe, error) {
@@ -110,7 +116,10 @@ func newMCPServe(nc *nats.Conn, p *producer.Producer, subj contracts.Subjects, s
 	if c.Version == "" {
 		c.Version = "dev"
 	}
-	s := &mcpServe{nc: nc, p: p, subj: subj, surface: surface, cfg: c, log: log, stdio: "mcp-" + nuid.Next()}
+	s := &mcpServe{nc: nc, p: p, subj: subj, surface: surface, cfg: c, log: log, stdio: "mcp-" + nuid.Next(), stateKey: make([]byte, 32)}
+	if _, err := rand.Read(s.stateKey); err != nil {
+		return nil, err
+	}
 	s.server = sdk.NewServer(&sdk.Implementation{Name: "toolq", Version: c.Version}, &sdk.ServerOptions{
 		Logger: log,
 		Instructions: "toolq runs each tool call as a job on its queue. A code_mode_exec result that is waiting " +
@@ -159,6 +168,10 @@ func (s *mcpServe) handler(d tooldefs.Definition) sdk.ToolHandler {
 // call runs one tools/call as a job and waits for it.
 func (s *mcpServe) call(ctx context.Context, req *sdk.CallToolRequest, d tooldefs.Definition) (*sdk.CallToolResult, error) {
 	session := s.session(req.Session)
+	if req.Params.RequestState != "" || len(req.Params.InputResponses) > 0 {
+		// The retry of a call whose approval rode in its result.
+		return s.approvalAnswered(ctx, req, d, session)
+	}
 	token := req.Params.GetProgressToken()
 	input := req.Params.Arguments
 	if len(input) == 0 || string(input) == "null" {
@@ -249,58 +262,167 @@ func (s *mcpServe) await(ctx context.Context, ss *sdk.ServerSession, job *contra
 	}
 }
 
+// pendingApproval is what a call tells about a job waiting for approval.
+type pendingApproval struct {
+	ApprovalID string   `json:"approvalId"`
+	Argv       []string `json:"argv"`
+	Command    string   `json:"command"`
+}
+
+// approvalInput names the elicitation of an approval among a result's
+// input requests.
+const approvalInput = "approval"
+
 // approval answers a call whose job waits for a person's approval. When
 // the client supports elicitation, its person is told what to approve and
 // how; if they accept (they approved it with an approver's key), the call
-// waits on for the job's end. Otherwise the call returns a pending result
-// with the approval id and the commands. This server never decides an
-// approval itself: its credentials are the agent's, and an agent must not
-// approve its own commands.
+// waits on for the job's end. Before MCP protocol 2026-07-28 the server
+// asks with an elicitation request of its own; from it on a server may not
+// (SEP-2322), so the question rides in the call's result as an input
+// request, and the client's retry carries the answer (approvalAnswered).
+// Otherwise the call returns a pending result with the approval id and the
+// commands. This server never decides an approval itself: its credentials
+// are the agent's, and an agent must not approve its own commands.
 func (s *mcpServe) approval(ctx context.Context, req *sdk.CallToolRequest, d tooldefs.Definition, job *contracts.Job, token any, events <-chan *nats.Msg, ev *contracts.Event) (*sdk.CallToolResult, error) {
-	var pending struct {
-		ApprovalID string   `json:"approvalId"`
-		Argv       []string `json:"argv"`
-		Command    string   `json:"command"`
-	}
+	var pending pendingApproval
 	_ = json.Unmarshal(ev.Data.Result, &pending)
-	if p := req.Session.InitializeParams(); p != nil && p.Capabilities != nil && p.Capabilities.Elicitation != nil {
-		res, err := req.Session.Elicit(ctx, &sdk.ElicitParams{
-			Message: fmt.Sprintf("toolq: job %s (%s) waits for approval %s. Approve it with `toolq approve %s` "+
-				"(or deny it with `toolq deny %s`), then accept to wait for its result; decline to return now.",
-				job.ID, d.Tool, pending.ApprovalID, pending.ApprovalID, pending.ApprovalID),
-			RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}},
-		})
-		switch {
-		case err != nil:
-			s.log.Debug("mcp elicitation failed; returning the pending approval", slog.Any("err", err))
-		case res.Action == "accept":
-			wctx, cancel := context.WithTimeout(ctx, s.cfg.ApprovalWait)
-			defer cancel()
-			end, err := s.await(wctx, req.Session, job, token, events, nil)
-			if err == nil {
-				return toolResult(d, end), nil
-			}
-			if ctx.Err() != nil {
-				return nil, s.abandon(ctx, job, err)
-			}
-			// Still pending after ApprovalWait: say so below.
-		}
+	caps := req.ClientCapabilities()
+	if caps == nil || caps.Elicitation == nil {
+		return pendingResult(d, job, pending.ApprovalID), nil
 	}
+	ask := &sdk.ElicitParams{
+		Message: fmt.Sprintf("toolq: job %s (%s) waits for approval %s. Approve it with `toolq approve %s` "+
+			"(or deny it with `toolq deny %s`), then accept to wait for its result; decline to return now.",
+			job.ID, d.Tool, pending.ApprovalID, pending.ApprovalID, pending.ApprovalID),
+		RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}},
+	}
+	if multiRoundTrip(req.Session) {
+		return &sdk.CallToolResult{
+			InputRequests: sdk.InputRequestMap{approvalInput: ask},
+			RequestState:  s.sealState(approvalState{Session: job.Session, Tool: d.Tool, Job: job.ID, Approval: pending.ApprovalID}),
+		}, nil
+	}
+	res, err := req.Session.Elicit(ctx, ask)
+	if err != nil {
+		s.log.Debug("mcp elicitation failed; returning the pending approval", slog.Any("err", err))
+		return pendingResult(d, job, pending.ApprovalID), nil
+	}
+	return s.approvalAccepted(ctx, req, d, job, token, events, pending.ApprovalID, res.Action == "accept")
+}
+
+// approvalAnswered serves the retry of a call whose result asked for an
+// approval (protocol 2026-07-28 and later): its requestState, which this
+// process signed, names the job; the answer of the elicitation decides
+// whether the call waits for it. A state this process did not sign, or one
+// of another session or tool, is refused.
+func (s *mcpServe) approvalAnswered(ctx context.Context, req *sdk.CallToolRequest, d tooldefs.Definition, session string) (*sdk.CallToolResult, error) {
+	st, ok := s.openState(req.Params.RequestState)
+	if !ok || st.Session != session || st.Tool != d.Tool {
+		return errorResult(d, contracts.StatusFailed, contracts.Errorf(contracts.CodeInvalidInput,
+			"the call's requestState is not one this server gave this session for %s", d.Name)), nil
+	}
+	accepted := false
+	if r, ok := req.Params.InputResponses[approvalInput].(*sdk.ElicitResult); ok && r != nil {
+		accepted = r.Action == "accept"
+	}
+	job := &contracts.Job{ID: st.Job, Session: st.Session, Tool: st.Tool}
+	token := req.Params.GetProgressToken()
+	var events chan *nats.Msg
+	if token != nil && accepted {
+		events = make(chan *nats.Msg, 64)
+		sub, err := s.nc.ChanSubscribe(s.subj.Event(session, job.ID), events)
+		if err != nil {
+			return nil, fmt.Errorf("follow the job's events: %w", err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+	}
+	return s.approvalAccepted(ctx, req, d, job, token, events, st.Approval, accepted)
+}
+
+// approvalAccepted waits (ApprovalWait at most) for the job of an accepted
+// approval and returns its result; a declined one, or one still pending
+// after the wait, returns the pending result.
+func (s *mcpServe) approvalAccepted(ctx context.Context, req *sdk.CallToolRequest, d tooldefs.Definition, job *contracts.Job, token any, events <-chan *nats.Msg, approvalID string, accepted bool) (*sdk.CallToolResult, error) {
+	if accepted {
+		wctx, cancel := context.WithTimeout(ctx, s.cfg.ApprovalWait)
+		defer cancel()
+		end, err := s.await(wctx, req.Session, job, token, events, nil)
+		if err == nil {
+			return toolResult(d, end), nil
+		}
+		if ctx.Err() != nil {
+			return nil, s.abandon(ctx, job, err)
+		}
+		// Still pending after ApprovalWait: say so.
+	}
+	return pendingResult(d, job, approvalID), nil
+}
+
+// multiRoundTrip reports whether the session speaks MCP 2026-07-28 or
+// later, where a server's questions ride in results (the go-sdk's own
+// rule: a session without initialize parameters is of the latest
+// version).
+func multiRoundTrip(ss *sdk.ServerSession) bool {
+	if p := ss.InitializeParams(); p != nil && p.ProtocolVersion != "" {
+		return p.ProtocolVersion >= "2026-07-28"
+	}
+	return true
+}
+
+// approvalState is the requestState of an approval's elicitation: the
+// call's job, signed by this process so that a client's retry cannot make
+// it wait for another session's job.
+type approvalState struct {
+	Session  string `json:"s"`
+	Tool     string `json:"t"`
+	Job      string `json:"j"`
+	Approval string `json:"a"`
+}
+
+func (s *mcpServe) sealState(st approvalState) string {
+	data, _ := json.Marshal(st)
+	mac := hmac.New(sha256.New, s.stateKey)
+	mac.Write(data)
+	return base64.RawURLEncoding.EncodeToString(data) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+func (s *mcpServe) openState(state string) (approvalState, bool) {
+	body, sum, ok := strings.Cut(state, ".")
+	if !ok {
+		return approvalState{}, false
+	}
+	data, err1 := base64.RawURLEncoding.DecodeString(body)
+	got, err2 := base64.RawURLEncoding.DecodeString(sum)
+	if err1 != nil || err2 != nil {
+		return approvalState{}, false
+	}
+	mac := hmac.New(sha256.New, s.stateKey)
+	mac.Write(data)
+	var st approvalState
+	if !hmac.Equal(mac.Sum(nil), got) || json.Unmarshal(data, &st) != nil || !contracts.ValidID(st.Job) {
+		return approvalState{}, false
+	}
+	return st, true
+}
+
+// pendingResult is the result of a call whose job still waits for a
+// person's approval: the approval id and the commands.
+func pendingResult(d tooldefs.Definition, job *contracts.Job, approvalID string) *sdk.CallToolResult {
 	structured := map[string]any{
-		"status": contracts.StatusApprovalPending, "approvalId": pending.ApprovalID,
+		"status": contracts.StatusApprovalPending, "approvalId": approvalID,
 		"jobId": job.ID, "session": job.Session, "tool": d.Tool,
-		"approve": "toolq approve " + pending.ApprovalID, "deny": "toolq deny " + pending.ApprovalID,
+		"approve": "toolq approve " + approvalID, "deny": "toolq deny " + approvalID,
 		"follow": fmt.Sprintf("toolq events --session %s --job %s --follow", job.Session, job.ID),
 	}
 	text := fmt.Sprintf("Pending: job %s waits for a person's approval %s. It runs once approved "+
 		"(`toolq approve %s`) and ends denied if denied (`toolq deny %s`) or when the approval times out. "+
 		"Follow it with `toolq events --session %s --job %s --follow`.",
-		job.ID, pending.ApprovalID, pending.ApprovalID, pending.ApprovalID, job.Session, job.ID)
+		job.ID, approvalID, approvalID, approvalID, job.Session, job.ID)
 	res := &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}}}
 	if len(d.OutputSchema) == 0 {
 		res.StructuredContent = structured
 	}
-	return res, nil
+	return res
 }
 
 // toolResult is the MCP result of a job's event: a completed (or, for code

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -41,6 +42,20 @@ type mcpBundle struct {
 // mode) and connects a go-sdk client over an in-memory transport, or over
 // streamable HTTP on a loopback port.
 func mcpSetup(t *testing.T, url, mode string, overHTTP bool, elicit ...func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error)) *mcpBundle {
+	t.Helper()
+	version := ""
+	if len(elicit) > 0 {
+		// Before protocol 2026-07-28 the server asks with an elicitation
+		// request of its own; TestMCPServeApprovalInResult covers the
+		// question riding in the call's result.
+		version = "2025-11-25"
+	}
+	return mcpSetupVersion(t, url, mode, overHTTP, version, elicit...)
+}
+
+// mcpSetupVersion is mcpSetup with the protocol version the client asks
+// for ("" for the go-sdk's latest).
+func mcpSetupVersion(t *testing.T, url, mode string, overHTTP bool, version string, elicit ...func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error)) *mcpBundle {
 	t.Helper()
 	ctx := testutil.Context(t, 60*time.Second)
 	nc, err := nats.Connect(url)
@@ -87,11 +102,8 @@ func mcpSetup(t *testing.T, url, mode string, overHTTP bool, elicit ...func(cont
 		transport = ct
 	}
 	var sopts *sdk.ClientSessionOptions
-	if len(elicit) > 0 {
-		// From protocol 2026-07-28 on a server may not send elicitation
-		// requests of its own (they ride in the call's result), and the
-		// server then returns the pending approval.
-		sopts = &sdk.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
+	if version != "" {
+		sopts = &sdk.ClientSessionOptions{ProtocolVersion: version}
 	}
 	b.cs, err = client.Connect(ctx, transport, sopts)
 	require.NoError(t, err)
@@ -430,4 +442,77 @@ func TestMCPServeBearerToken(t *testing.T) {
 	code, _, errOut = run(t, "--nats", "nats://127.0.0.1:1", "mcp", "serve", "--http-token-file", tokFile)
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "is for --http")
+}
+
+var approveCommand = regexp.MustCompile("`toolq approve ([A-Za-z0-9_-]+)`")
+
+// TestMCPServeApprovalInResult: on protocol 2026-07-28, where a server may
+// not send an elicitation request of its own, an exec call that waits for
+// approval asks in its result (an input request, SEP-2322): the client's
+// person approves it with their key and accepts, the client retries with
+// the answer, and the call returns the command's result. Declined, it
+// returns the pending approval; a retry whose requestState this server did
+// not sign is refused. Over HTTP (2025-11-25) the same happens through the
+// server's own elicitation request.
+func TestMCPServeApprovalInResult(t *testing.T) {
+	t.Parallel()
+	url, seed := startExecBus(t)
+	for _, overHTTP := range []bool{false, true} {
+		name := "in memory"
+		if overHTTP {
+			name = "http"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			approve := make(chan bool, 4)
+			asked := make(chan string, 4)
+			b := mcpSetupVersion(t, url, "false", overHTTP, "", func(_ context.Context, req *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+				m := approveCommand.FindStringSubmatch(req.Params.Message)
+				if m == nil {
+					return nil, fmt.Errorf("no approval in %q", req.Params.Message)
+				}
+				asked <- m[1]
+				if !<-approve {
+					return &sdk.ElicitResult{Action: "decline"}, nil
+				}
+				//nolint:contextcheck // the command under test makes its own context, as on a terminal
+				if code, _, errOut := run(t, "--nats", url, "approve", m[1], "--seed-file", seed, "--yes"); code != 0 {
+					return nil, fmt.Errorf("approve: %s", errOut)
+				}
+				return &sdk.ElicitResult{Action: "accept"}, nil
+			})
+			// The go-sdk serves 2026-07-28 over HTTP only without sessions,
+			// and this endpoint keeps them (each is a toolq session): HTTP
+			// clients speak 2025-11-25 and get the server's own question.
+			want := "2026-07-28"
+			if overHTTP {
+				want = "2025-11-25"
+			}
+			require.Equal(t, want, b.cs.InitializeResult().ProtocolVersion)
+
+			approve <- true
+			res := b.call(t, "exec", map[string]any{"command": "uname -s"})
+			require.False(t, res.IsError, text(res))
+			var done map[string]any
+			structured(t, res, &done)
+			require.NotEqual(t, "approval_pending", done["status"], text(res))
+			require.Contains(t, text(res), "Linux")
+			require.NotEmpty(t, <-asked)
+
+			approve <- false
+			res = b.call(t, "exec", map[string]any{"command": "uname -s"})
+			var pending map[string]string
+			structured(t, res, &pending)
+			require.Equal(t, "approval_pending", pending["status"])
+			require.Equal(t, <-asked, pending["approvalId"])
+			require.Equal(t, b.session, pending["session"])
+
+			forged, err := b.cs.CallTool(testutil.Context(t, 10*time.Second), &sdk.CallToolParams{
+				Name: "exec", Arguments: map[string]any{"command": "uname -s"}, RequestState: "eyJqIjoieCJ9.AAAA",
+			})
+			require.NoError(t, err)
+			require.True(t, forged.IsError)
+			require.Contains(t, text(forged), "requestState")
+		})
+	}
 }

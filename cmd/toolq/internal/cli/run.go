@@ -47,6 +47,7 @@ type workerFlags struct {
 	tenantQueue     int64
 	tenantSuspended int
 	maxQueueTime    time.Duration
+	catalogTTL      time.Duration
 	mcpConfig       string
 	exec            execFlags
 	ackWait         time.Duration
@@ -81,6 +82,7 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 		"also serve the registered tenants (toolq tenant register) of a server like deploy/nats/tenants.conf (env TOOLQ_TENANTS)")
 	cmd.Flags().Int64Var(&f.tenantQueue, "tenant-queue-limit", 0, "queued jobs a tenant may have over all tools, unless registered with its own --queue-limit (default 10000)")
 	cmd.Flags().IntVar(&f.tenantSuspended, "tenant-suspended-limit", 0, "code-mode runs a named tenant may have waiting at once, over all its sessions (default 1000)")
+	cmd.Flags().DurationVar(&f.catalogTTL, "catalog-ttl", 0, "how long this worker's catalog entries outlive it; written again every third of it (default 1m30s, at least 1s; negative: entries never expire)")
 	cmd.Flags().DurationVar(&f.maxQueueTime, "max-queue-time", 0, "how long a job of a tool no worker serves waits before it is dead-lettered with a failed event (default 15m; negative: never)")
 	addMCPFlag(cmd, &f.mcpConfig)
 	f.exec.register(cmd)
@@ -115,6 +117,7 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 		Name: f.name, Subjects: g.subjects(), Replicas: f.replicas, StopTimeout: f.stopTimeout,
 		Logger: g.log, Tool: worker.ToolConfig{Concurrency: f.concurrency, AckWait: f.ackWait},
 		Builtins: f.builtins, Tenants: f.tenants, TenantQueueLimit: f.tenantQueue, MaxQueueTime: f.maxQueueTime,
+		CatalogTTL: f.catalogTTL,
 	}
 	if f.obs != nil {
 		wcfg.Observer = f.obs.Worker()

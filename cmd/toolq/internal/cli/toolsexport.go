@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -94,6 +95,9 @@ func readCatalog(ctx context.Context, nc *nats.Conn, subjects contracts.Subjects
 		var t contracts.CatalogTool
 		if json.Unmarshal(e.Value(), &t) != nil || contracts.CatalogKey(t.ID) != key {
 			continue // Build would refuse it too; it is not under its own key
+		}
+		if t.Expired(e.Created(), time.Now()) || !t.VisibleTo("") {
+			continue // no worker has served it within its TTL, or it is kept to named tenants
 		}
 		out = append(out, t)
 	}

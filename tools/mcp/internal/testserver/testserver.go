@@ -42,7 +42,20 @@ type AddOut struct {
 //   - "weird.name/v2" {} → text "weird"
 //   - outside {} → an input schema that refers to a file (refused by
 //     clients that do not fetch what servers point at)
+//
+// and, with WithCapabilities, the resources memo://one (text "first memo
+// of <name>") and memo://broken (a server error), and the prompt brief
+// {topic (required)} → one user message "Brief me on <topic>.".
 func New(name string) *sdk.Server {
+	return build(name, false)
+}
+
+// WithCapabilities is New with resources and prompts.
+func WithCapabilities(name string) *sdk.Server {
+	return build(name, true)
+}
+
+func build(name string, capabilities bool) *sdk.Server {
 	s := sdk.NewServer(&sdk.Implementation{Name: name, Version: "1"}, nil)
 	sdk.AddTool(s, &sdk.Tool{Name: "echo", Description: "Echo text back.\nRepeats it `times` times."},
 		func(_ context.Context, _ *sdk.CallToolRequest, in EchoIn) (*sdk.CallToolResult, any, error) {
@@ -93,5 +106,31 @@ func New(name string) *sdk.Server {
 		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "outside"}}}, nil
 		})
+	if capabilities {
+		addCapabilities(s, name)
+	}
 	return s
+}
+
+func addCapabilities(s *sdk.Server, name string) {
+	s.AddResource(&sdk.Resource{URI: "memo://one", Name: "one", MIMEType: "text/plain"},
+		func(_ context.Context, req *sdk.ReadResourceRequest) (*sdk.ReadResourceResult, error) {
+			return &sdk.ReadResourceResult{Contents: []*sdk.ResourceContents{
+				{URI: req.Params.URI, MIMEType: "text/plain", Text: "first memo of " + name},
+			}}, nil
+		})
+	s.AddResource(&sdk.Resource{URI: "memo://broken", Name: "broken"},
+		func(context.Context, *sdk.ReadResourceRequest) (*sdk.ReadResourceResult, error) {
+			return nil, errors.New("the memo store is down")
+		})
+	s.AddPrompt(&sdk.Prompt{Name: "brief", Description: "A briefing.", Arguments: []*sdk.PromptArgument{{Name: "topic", Required: true}}},
+		func(_ context.Context, req *sdk.GetPromptRequest) (*sdk.GetPromptResult, error) {
+			topic := req.Params.Arguments["topic"]
+			if topic == "" {
+				return nil, errors.New("brief needs a topic")
+			}
+			return &sdk.GetPromptResult{Description: "Briefing on " + topic, Messages: []*sdk.PromptMessage{
+				{Role: "user", Content: &sdk.TextContent{Text: "Brief me on " + topic + "."}},
+			}}, nil
+		})
 }
