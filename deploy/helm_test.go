@@ -355,11 +355,18 @@ func TestChartDefaults(t *testing.T) {
 	require.False(t, ok, "no approvers configured")
 
 	// The triggers name the streams and consumers the worker creates
-	// (contracts.Subjects), one per tool of the group.
+	// (contracts.Subjects), one per tool and level of the group
+	// (code_mode.result is NormalOnly: one).
 	subj := contracts.Subjects{}
 	var want []string
 	for _, tool := range []string{contracts.ToolCodeExecution, contracts.ToolCodeModeExec, contracts.ToolCodeModeWait, contracts.ToolCodeModeResult} {
-		want = append(want, subj.JobsStream()+"/"+subj.ConsumerName(tool))
+		levels := []contracts.Priority{contracts.PriorityNormal, contracts.PriorityHigh, contracts.PriorityLow}
+		if tool == contracts.ToolCodeModeResult {
+			levels = levels[:1]
+		}
+		for _, p := range levels {
+			want = append(want, subj.JobsStream()+"/"+subj.ConsumerNameAt(tool, p))
+		}
 	}
 	so := scaledObject(t, m, general)
 	require.Equal(t, want, consumers(so))
@@ -369,6 +376,8 @@ func TestChartDefaults(t *testing.T) {
 	require.Equal(t, int32(2), so.Spec.Fallback.Replicas)
 	require.Equal(t, []string{
 		subj.JobsStream() + "/" + subj.ConsumerName(contracts.ToolExec),
+		subj.JobsStream() + "/" + subj.ConsumerNameAt(contracts.ToolExec, contracts.PriorityHigh),
+		subj.JobsStream() + "/" + subj.ConsumerNameAt(contracts.ToolExec, contracts.PriorityLow),
 	}, consumers(scaledObject(t, m, execGroup)), "the exec group serves exec alone (--tools=exec)")
 
 	// The scheduler: two replicas, a fixed count (no autoscaler).
@@ -438,8 +447,12 @@ func TestChartCombinations(t *testing.T) {
 					for _, tool := range []string{contracts.ToolExec, contracts.ToolExecDecide} {
 						require.Contains(t, got, stream+"/"+subj.ConsumerName(tool))
 					}
+					for _, p := range []contracts.Priority{contracts.PriorityHigh, contracts.PriorityLow} {
+						require.Contains(t, got, stream+"/"+subj.ConsumerNameAt(contracts.ToolExec, p))
+						require.NotContains(t, got, stream+"/"+subj.ConsumerNameAt(contracts.ToolExecDecide, p), "exec.decide is NormalOnly")
+					}
 				}
-				require.Len(t, got, 4)
+				require.Len(t, got, 8)
 				ec := m.deployment(t, execGroup).Spec.Template.Spec.Containers[0]
 				a, ok := env(ec, "TOOLQ_APPROVERS")
 				require.True(t, ok)
