@@ -56,8 +56,10 @@ type queuedJob struct {
 	Queued  time.Time `json:"queued"`
 	AgeMs   int64     `json:"ageMs"`
 	// State is "queued" (no worker took it yet) or "delivered" (a worker
-	// took it: running, or waiting for its next attempt).
+	// took it: running, waiting for its next attempt, or for a slot).
 	State string `json:"state"`
+	// Priority is the job's level, "" for normal.
+	Priority string `json:"priority,omitempty"`
 }
 
 // jobsStream is one jobs stream: the default tenant's or a named tenant's.
@@ -110,7 +112,8 @@ func queues(ctx context.Context, st jetstream.Stream, s contracts.Subjects, js j
 	}
 	for subject, n := range info.State.Subjects {
 		if tool := s.TenantToolOf(js.tenant, subject); tool != "" {
-			row(tool).Messages = n
+			row(tool).Messages += n // every priority level's subject
+
 		}
 	}
 	consumers := map[string]*jetstream.ConsumerInfo{}
@@ -120,14 +123,18 @@ func queues(ctx context.Context, st jetstream.Stream, s contracts.Subjects, js j
 		if !ok {
 			continue
 		}
+		name, level, leveled := strings.Cut(name, "~") // worker_<tool>~high: a priority level's
 		tool := strings.ReplaceAll(name, ":", ".")
-		if !contracts.ValidTool(tool) {
+		if !contracts.ValidTool(tool) || (leveled && level != string(contracts.PriorityHigh) && level != string(contracts.PriorityLow)) {
 			continue
 		}
-		consumers[tool] = ci
+		consumers[ci.Name] = ci
 		r := row(tool)
 		r.Consumer = true
-		r.Pending, r.AckPending, r.Redelivered, r.Waiting = ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting
+		r.Pending += ci.NumPending
+		r.AckPending += ci.NumAckPending
+		r.Redelivered += ci.NumRedelivered
+		r.Waiting += ci.NumWaiting
 	}
 	if err := list.Err(); err != nil {
 		return nil, nil, fmt.Errorf("jobs: consumers of %s: %w", js.name, err)
@@ -147,8 +154,12 @@ func queues(ctx context.Context, st jetstream.Stream, s contracts.Subjects, js j
 // first, by direct reads of the stream by sequence: nothing is consumed or
 // acknowledged, and no consumer is made (a work-queue stream refuses a
 // second consumer whose filter overlaps the worker's).
-func walkQueue(ctx context.Context, st jetstream.Stream, s contracts.Subjects, js jobsStream, tool string, ci *jetstream.ConsumerInfo, limit int, fn func(queuedJob) error) (int, error) {
-	subject := s.TenantJob(js.tenant, tool)
+func walkQueue(ctx context.Context, st jetstream.Stream, s contracts.Subjects, js jobsStream, tool string, prio contracts.Priority, ci *jetstream.ConsumerInfo, limit int, fn func(queuedJob) error) (int, error) {
+	subject := s.TenantJobAt(js.tenant, tool, prio)
+	level := ""
+	if prio != contracts.PriorityNormal {
+		level = string(prio)
+	}
 	var seq uint64
 	n := 0
 	now := time.Now()
@@ -168,7 +179,7 @@ func walkQueue(ctx context.Context, st jetstream.Stream, s contracts.Subjects, j
 		_ = json.Unmarshal(raw.Data, &head)
 		j := queuedJob{
 			Kind: "job", Tenant: js.tenant, Tool: tool, Seq: raw.Sequence, Queued: raw.Time,
-			AgeMs: now.Sub(raw.Time).Milliseconds(), State: "queued",
+			AgeMs: now.Sub(raw.Time).Milliseconds(), State: "queued", Priority: level,
 		}
 		if contracts.ValidID(head.ID) {
 			j.JobID = head.ID
@@ -289,24 +300,28 @@ an operator command (the toolq account); tenant accounts reach no stream.`,
 			if !g.jsonOut {
 				fmt.Fprintln(g.stdout)
 				tw = tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "SEQ\tTENANT\tJOB\tSESSION\tAGE\tSTATE")
+				fmt.Fprintln(tw, "SEQ\tTENANT\tJOB\tSESSION\tPRIORITY\tAGE\tSTATE")
 			}
 			left := limit
+		walk:
 			for _, sq := range read {
-				n, err := walkQueue(ctx, sq.st, s, sq.js, tool, sq.consumers[tool], left, func(j queuedJob) error {
-					if g.jsonOut {
-						return g.printLine(j)
+				for _, prio := range contracts.Priorities {
+					ci := sq.consumers[s.ConsumerNameAt(tool, prio)]
+					n, err := walkQueue(ctx, sq.st, s, sq.js, tool, prio, ci, left, func(j queuedJob) error {
+						if g.jsonOut {
+							return g.printLine(j)
+						}
+						_, err := fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Seq, orDash(j.Tenant), orDash(j.JobID), orDash(j.Session),
+							orDash(j.Priority), (time.Duration(j.AgeMs) * time.Millisecond).Round(time.Second), j.State)
+						return err
+					})
+					if err != nil {
+						return err
 					}
-					_, err := fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", j.Seq, orDash(j.Tenant), orDash(j.JobID), orDash(j.Session),
-						(time.Duration(j.AgeMs) * time.Millisecond).Round(time.Second), j.State)
-					return err
-				})
-				if err != nil {
-					return err
-				}
-				if limit > 0 {
-					if left -= n; left == 0 {
-						break
+					if limit > 0 {
+						if left -= n; left == 0 {
+							break walk
+						}
 					}
 				}
 			}

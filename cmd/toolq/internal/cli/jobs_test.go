@@ -61,15 +61,25 @@ func TestJobsLs(t *testing.T) {
 	for _, id := range ids {
 		code, _, errOut := run(t, "--nats", b.url, "submit", "--tool", "flaky", "--session", "jl", "--id", id)
 		require.Equal(t, 0, code, errOut)
+		if id == "q1" {
+			require.Eventually(t, func() bool { return b.flaky.runsOf("q1") == 1 }, 10*time.Second, 10*time.Millisecond)
+		}
 	}
-	require.Eventually(t, func() bool { return b.flaky.runsOf("q1") == 1 }, 10*time.Second, 10*time.Millisecond)
+	// One more at low priority: its level's queue counts in the tool's row.
+	code, _, errOut := run(t, "--nats", b.url, "submit", "--tool", "flaky", "--session", "jl", "--id", "q4", "--priority", "low")
+	require.Equal(t, 0, code, errOut)
+	ids = append(ids, "q4")
 
 	qs, jobs := jobsLs(t, b.url, nil)
 	require.Empty(t, jobs, "no job rows without --tool")
 	q := queueOf(qs, "", "flaky")
 	require.NotNil(t, q, "%+v", qs)
-	q.Waiting = 0 // the worker's pull request, if it has one out
-	require.Equal(t, queueRow{Kind: "queue", Tool: "flaky", Stream: "TOOLQ_JOBS", Messages: 3, Pending: 2, AckPending: 1, Consumer: true}, *q)
+	q.Waiting = 0 // the worker's pull requests, if it has some out
+	// The low job is queued, or already held by its level's loop waiting
+	// for a slot (taken, so ack-pending).
+	require.Equal(t, 4, int(q.Pending)+q.AckPending, "%+v", *q)
+	q.Pending, q.AckPending = 0, 0
+	require.Equal(t, queueRow{Kind: "queue", Tool: "flaky", Stream: "TOOLQ_JOBS", Messages: 4, Consumer: true}, *q)
 	noop := queueOf(qs, "", "noop")
 	require.NotNil(t, noop, "a served tool with an empty queue is listed")
 	require.True(t, noop.Consumer)
@@ -77,7 +87,7 @@ func TestJobsLs(t *testing.T) {
 
 	qs, jobs = jobsLs(t, b.url, nil, "--tool", "flaky")
 	require.Len(t, qs, 1)
-	require.Len(t, jobs, 3)
+	require.Len(t, jobs, 4)
 	for i, j := range jobs {
 		require.Equal(t, ids[i], j.JobID)
 		require.Equal(t, "jl", j.Session)
@@ -86,14 +96,17 @@ func TestJobsLs(t *testing.T) {
 	require.Equal(t, "delivered", jobs[0].State)
 	require.Equal(t, "queued", jobs[1].State)
 	require.Equal(t, "queued", jobs[2].State)
+	require.Empty(t, jobs[1].Priority)
+	require.Equal(t, "low", jobs[3].Priority)
 	_, jobs = jobsLs(t, b.url, nil, "--tool", "flaky", "--limit", "2")
 	require.Len(t, jobs, 2)
 
 	code, out, errOut := run(t, "--nats", b.url, "jobs", "ls", "--tool", "flaky")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "ACK PENDING")
-	require.Regexp(t, `(?m)^-\s+flaky\s+3\s+2\s+1\s+0\s+\d+$`, out)
-	require.Regexp(t, `(?m)^\d+\s+-\s+q2\s+jl\s+\S+\s+queued$`, out)
+	require.Regexp(t, `(?m)^-\s+flaky\s+4\s+\d\s+\d\s+0\s+\d+$`, out)
+	require.Regexp(t, `(?m)^\d+\s+-\s+q2\s+jl\s+-\s+\S+\s+queued$`, out)
+	require.Regexp(t, `(?m)^\d+\s+-\s+q4\s+jl\s+low\s+\S+\s+(queued|delivered)$`, out)
 
 	// Read-only: every job still runs, once.
 	release()
