@@ -24,12 +24,17 @@ const (
 	StatusApproved        Status = "approved"
 	StatusDenied          Status = "denied"
 	StatusRunningNotice   Status = "running_notice"
+	// StatusThrottled says a delivered job waits before it runs (for a slot
+	// of its concurrency key); its result is a ThrottledDetails. Published
+	// once per attempt that waits, whether or not the job asked for
+	// progress.
+	StatusThrottled Status = "throttled"
 )
 
 // Statuses lists every status.
 var Statuses = []Status{
 	StatusQueued, StatusRunning, StatusProgress, StatusCompleted, StatusFailed, StatusCancelled,
-	StatusWaiting, StatusApprovalPending, StatusApproved, StatusDenied, StatusRunningNotice,
+	StatusWaiting, StatusApprovalPending, StatusApproved, StatusDenied, StatusRunningNotice, StatusThrottled,
 }
 
 // Valid reports whether s is a known status.

@@ -28,6 +28,7 @@ func TestStatus(t *testing.T) {
 		{contracts.StatusApproved, true, false, false},
 		{contracts.StatusDenied, true, true, false},
 		{contracts.StatusRunningNotice, true, false, false},
+		{contracts.StatusThrottled, true, false, false},
 		{"", false, false, false},
 		{"Completed", false, false, false},
 		{"done", false, false, false},
@@ -38,7 +39,7 @@ func TestStatus(t *testing.T) {
 		require.False(t, tc.s.Terminal() && tc.s.Parked(), "%q cannot be both", tc.s)
 	}
 	// The table covers every status.
-	require.Len(t, contracts.Statuses, 11)
+	require.Len(t, contracts.Statuses, 12)
 }
 
 func TestEventID(t *testing.T) {

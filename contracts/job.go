@@ -43,6 +43,9 @@ type Job struct {
 	CreatedAt time.Time `json:"created_at"`
 	// Meta is free-form string metadata carried to the events.
 	Meta map[string]string `json:"meta,omitempty"`
+	// Concurrency, when set, caps the jobs of its key that run at once
+	// across all workers (the tenant's key).
+	Concurrency *ConcurrencyLimit `json:"concurrency,omitempty"`
 	// Tenant is the tenant the job belongs to ("" for the default one). It
 	// is never on the wire: a worker sets it from the subject the job
 	// arrived on (Subjects.TenantOf), so a body cannot claim another tenant.
@@ -108,6 +111,11 @@ func (j *Job) Validate() error {
 			return Errorf(CodeInvalidInput, "parent.tool %q is not a valid tool name", clip(j.Parent.Tool, 64))
 		}
 		if err := ValidateCallToken("parent.token", j.Parent.Token); err != nil {
+			return err
+		}
+	}
+	if j.Concurrency != nil {
+		if err := j.Concurrency.Validate(); err != nil {
 			return err
 		}
 	}

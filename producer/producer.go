@@ -202,6 +202,8 @@ type SubmitOpts struct {
 	TraceParent string
 	// Priority is the job's level (high, normal, low); "" is normal.
 	Priority contracts.Priority
+	// Concurrency caps the jobs of its key that run at once.
+	Concurrency *contracts.ConcurrencyLimit
 }
 
 // Submit enqueues a job for tool with input (any JSON value; empty means
@@ -215,7 +217,7 @@ func (p *Producer) Submit(ctx context.Context, tool string, input json.RawMessag
 	job := &contracts.Job{
 		ID: o.ID, Tool: tool, Session: o.Session, Input: input, Parent: o.Parent,
 		TimeoutMs: o.TimeoutMs, MaxAttempts: o.MaxAttempts, Progress: o.Progress, Meta: o.Meta,
-		CreatedAt: time.Now().UTC(), Priority: o.Priority,
+		CreatedAt: time.Now().UTC(), Priority: o.Priority, Concurrency: o.Concurrency,
 	}
 	if job.ID == "" {
 		job.ID = nuid.Next()

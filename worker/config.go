@@ -28,6 +28,10 @@ type Config struct {
 	// StopTimeout is how long Stop lets in-flight jobs finish before it
 	// cancels them (when its context has no earlier deadline); 30 s by default.
 	StopTimeout time.Duration
+	// ConcurrencyLeaseTTL is how long a slot of a concurrency key stays
+	// held by a worker that stopped renewing it (it died); 30 s by default.
+	// It is the concurrency bucket's TTL: give every worker the same.
+	ConcurrencyLeaseTTL time.Duration
 	// PublishRetry is how long a worker keeps trying to store a job's
 	// outcome (its terminal event, its report to a parent run) through a
 	// bus outage before it hands the job back; 30 s by default.
@@ -105,6 +109,11 @@ type ToolConfig struct {
 	// guards (exec.decide, code_mode.result), where a level's subject would
 	// be a way around a deny rule.
 	NormalOnly bool
+	// ConcurrencyWaiters is how many of the tool's jobs may wait on this
+	// worker for a slot of their concurrency key without holding a slot of
+	// the tool; 256 by default. More wait holding theirs, so a key's
+	// backlog cannot take every job of the tool off the queue.
+	ConcurrencyWaiters int
 	// Retry is the retry policy.
 	Retry RetryPolicy
 	// Ready, when set, gates pulling: while it returns false (say, every
@@ -205,10 +214,11 @@ func (p RetryPolicy) withDefaults(def RetryPolicy) (RetryPolicy, error) {
 }
 
 var defaultTool = ToolConfig{
-	Concurrency:   16,
-	Timeout:       5 * time.Minute,
-	AckWait:       30 * time.Second,
-	MaxAckPending: 4096,
+	ConcurrencyWaiters: 256,
+	Concurrency:        16,
+	Timeout:            5 * time.Minute,
+	AckWait:            30 * time.Second,
+	MaxAckPending:      4096,
 	Retry: RetryPolicy{
 		MaxAttempts:         5,
 		InitialInterval:     time.Second,
@@ -234,6 +244,9 @@ func (c ToolConfig) withDefaults(def ToolConfig) (ToolConfig, error) {
 	if c.ReadyInterval == 0 {
 		c.ReadyInterval = 250 * time.Millisecond
 	}
+	if c.ConcurrencyWaiters == 0 {
+		c.ConcurrencyWaiters = def.ConcurrencyWaiters
+	}
 	var err error
 	if c.Retry, err = c.Retry.withDefaults(def.Retry); err != nil {
 		return c, err
@@ -241,6 +254,8 @@ func (c ToolConfig) withDefaults(def ToolConfig) (ToolConfig, error) {
 	switch {
 	case c.Concurrency < 1 || c.Concurrency > 10000:
 		return c, fmt.Errorf("worker: concurrency %d out of range [1, 10000]", c.Concurrency)
+	case c.ConcurrencyWaiters < 0:
+		return c, fmt.Errorf("worker: negative concurrency waiters")
 	case c.Timeout < 0:
 		return c, fmt.Errorf("worker: negative timeout")
 	case c.AckWait < 100*time.Millisecond:
@@ -258,6 +273,9 @@ func (c Config) withDefaults() (Config, error) {
 			host = "worker"
 		}
 		c.Name = host + "-" + nuid.Next()[:8]
+	}
+	if c.ConcurrencyLeaseTTL == 0 {
+		c.ConcurrencyLeaseTTL = 30 * time.Second
 	}
 	if c.StopTimeout == 0 {
 		c.StopTimeout = 30 * time.Second
@@ -294,6 +312,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.LagInterval < time.Second {
 		return c, fmt.Errorf("worker: lag interval %s below 1s", c.LagInterval)
+	}
+	if c.ConcurrencyLeaseTTL < time.Second {
+		return c, fmt.Errorf("worker: concurrency lease TTL %s below 1s", c.ConcurrencyLeaseTTL)
 	}
 	if c.StopTimeout < 0 || c.MaxResultBytes < 0 {
 		return c, fmt.Errorf("worker: negative stop timeout or result cap")

@@ -246,8 +246,14 @@ func (w *Worker) run(t *tool, l *level, msg jetstream.Msg) {
 	t.slots.started(t.class(l, false))
 	w.wg.Add(1)
 	go func() {
-		defer func() { t.slots.release(1); w.wg.Done() }()
-		w.process(t, l.prio, msg)
+		h := &slotHold{slots: t.slots, class: t.class(l, true), held: true}
+		defer func() {
+			if h.held {
+				t.slots.release(1)
+			}
+			w.wg.Done()
+		}()
+		w.process(t, l.prio, msg, h)
 	}()
 }
 

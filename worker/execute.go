@@ -23,7 +23,7 @@ var (
 )
 
 // process runs one delivery of a job from start to ack.
-func (w *Worker) process(t *tool, prio contracts.Priority, msg jetstream.Msg) {
+func (w *Worker) process(t *tool, prio contracts.Priority, msg jetstream.Msg, h *slotHold) {
 	md, err := msg.Metadata()
 	if err != nil {
 		w.log.Error("job without metadata", slog.Any("err", err))
@@ -113,8 +113,6 @@ func (w *Worker) process(t *tool, prio contracts.Priority, msg jetstream.Msg) {
 	}
 
 	ctx, cancel := context.WithCancelCause(w.runCtx)
-	ctx, cancelTimeout := context.WithTimeout(ctx, job.Timeout(t.cfg.Timeout))
-	defer cancelTimeout()
 	if tp := msg.Headers().Get(bus.HeaderTraceParent); tp != "" {
 		ctx = withTraceParent(ctx, tp)
 	}
@@ -133,6 +131,17 @@ func (w *Worker) process(t *tool, prio contracts.Priority, msg jetstream.Msg) {
 	if cancelled {
 		cancel(errJobCancelled)
 	}
+	if job.Concurrency != nil {
+		lease, o, ok := w.concurrencySlot(ctx, log, t, msg, job, attempt, &lastSeq, h)
+		if !ok {
+			out = o
+			return
+		}
+		defer lease.release()
+	}
+	// The attempt's timeout starts now, not while it waited for a slot.
+	ctx, cancelTimeout := context.WithTimeout(ctx, job.Timeout(t.cfg.Timeout))
+	defer cancelTimeout()
 
 	if job.Progress {
 		ev := contracts.NewEvent(w.source, job, contracts.StatusRunning, attempt, time.Now())

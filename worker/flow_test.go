@@ -262,3 +262,168 @@ func TestNormalOnlyToolRefusesOtherLevels(t *testing.T) {
 	_, err = b.js.Consumer(testutil.Context(t, 5*time.Second), s.JobsStream(), s.ConsumerNameAt("guarded", contracts.PriorityHigh))
 	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound)
 }
+
+// running counts the jobs of each concurrency key that run at once.
+type running struct {
+	mu   sync.Mutex
+	now  map[string]int
+	peak map[string]int
+}
+
+func (r *running) enter(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.now == nil {
+		r.now, r.peak = map[string]int{}, map[string]int{}
+	}
+	r.now[key]++
+	r.peak[key] = max(r.peak[key], r.now[key])
+}
+
+func (r *running) leave(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.now[key]--
+}
+
+func (r *running) peakOf(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.peak[key]
+}
+
+// keyedTool registers "keyed": it runs ms milliseconds (its input), inside
+// the running count of its job's concurrency key (tenant-qualified).
+func keyedTool(t *testing.T, r *running) func(w *worker.Worker) {
+	return func(w *worker.Worker) {
+		h := worker.HandlerFunc(func(ctx context.Context, job *contracts.Job) (json.RawMessage, error) {
+			key := job.Tenant + "/" + job.Concurrency.Key
+			r.enter(key)
+			defer r.leave(key)
+			var ms int
+			_ = json.Unmarshal(job.Input, &ms)
+			select {
+			case <-time.After(time.Duration(ms) * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return nil, nil
+		})
+		require.NoError(t, w.Register("keyed", h, &worker.ToolConfig{Concurrency: 8}))
+	}
+}
+
+// TestConcurrencyKeyCapsJobsAcrossWorkers runs 24 jobs of one key with
+// limit 3, and 8 of another key with limit 8, on two workers of 8 slots
+// each: at most 3 of the first key ever run at once (and 3 do), the other
+// key is not held back by it, every job completes on its first attempt (a
+// wait spends none), and the jobs that waited said so once each
+// (throttled). No lease is left once they are done.
+func TestConcurrencyKeyCapsJobsAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var r running
+	b.startWorker(t, nil, keyedTool(t, &r))
+	b.startWorker(t, nil, keyedTool(t, &r))
+	var jobs []*contracts.Job
+	for i := range 24 {
+		jobs = append(jobs, b.submit(t, "keyed", `60`, &producer.SubmitOpts{ID: fmt.Sprintf("a%02d", i), Session: "keyed",
+			Concurrency: &contracts.ConcurrencyLimit{Key: "repo-a", Limit: 3}}))
+	}
+	for i := range 8 {
+		jobs = append(jobs, b.submit(t, "keyed", `60`, &producer.SubmitOpts{ID: fmt.Sprintf("b%02d", i), Session: "keyed",
+			Concurrency: &contracts.ConcurrencyLimit{Key: "repo-b", Limit: 8}}))
+	}
+	for _, job := range jobs {
+		ev := b.await(t, job)
+		require.Equal(t, contracts.StatusCompleted, ev.Data.Status, job.ID)
+		require.Equal(t, 1, ev.Data.Attempt, "%s: waiting for a slot spent an attempt", job.ID)
+	}
+	require.Equal(t, 3, r.peakOf("/repo-a"), "repo-a ran more (or fewer) than its limit at once")
+	require.Greater(t, r.peakOf("/repo-b"), 3, "repo-b was held back by repo-a's limit")
+	throttled := map[string]int{}
+	for _, ev := range b.allEvents(t, "keyed") {
+		if ev.Data.Status == contracts.StatusThrottled {
+			throttled[ev.Data.JobID]++
+			var d contracts.ThrottledDetails
+			require.NoError(t, json.Unmarshal(ev.Data.Result, &d))
+			require.Equal(t, contracts.ThrottledDetails{WaitingFor: "concurrency", Key: "repo-a", Limit: 3}, d)
+		}
+	}
+	require.NotEmpty(t, throttled, "24 jobs of limit 3: some waited")
+	for id, n := range throttled {
+		require.Equal(t, 1, n, "%s announced its wait %d times", id, n)
+	}
+	kv, err := b.js.KeyValue(testutil.Context(t, 5*time.Second), contracts.Subjects{}.ConcurrencyBucket())
+	require.NoError(t, err)
+	keys, err := kv.ListKeys(testutil.Context(t, 5*time.Second))
+	require.NoError(t, err)
+	var left []string
+	for k := range keys.Keys() {
+		left = append(left, k)
+	}
+	require.Empty(t, left, "leases left behind")
+}
+
+// TestConcurrencyKeysAreTenantsOwn: two tenants' jobs with one key and
+// limit 1 run at once; the key is each tenant's.
+func TestConcurrencyKeysAreTenantsOwn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, name := range []string{"ACME", "INITECH"} {
+		require.NoError(t, bus.AddTenant(testutil.Context(t, 10*time.Second), b.js, bus.Config{}, contracts.TenantRecord{Name: name}))
+	}
+	var r running
+	b.startWorker(t, &worker.Config{Tenants: true}, keyedTool(t, &r))
+	ctx := testutil.Context(t, 20*time.Second)
+	s := contracts.Subjects{}
+	for _, tenant := range []string{"ACME", "INITECH"} {
+		for i := range 2 {
+			id := fmt.Sprintf("%s%d", tenant, i)
+			body, err := json.Marshal(&contracts.Job{ID: id, Tool: "keyed", Session: "s1", Input: json.RawMessage(`400`),
+				CreatedAt: time.Now().UTC(), Concurrency: &contracts.ConcurrencyLimit{Key: "shared", Limit: 1}})
+			require.NoError(t, err)
+			_, err = b.js.Publish(ctx, s.TenantJob(tenant, "keyed"), body, jetstream.WithMsgID(id))
+			require.NoError(t, err)
+		}
+	}
+	require.Eventually(t, func() bool { return r.peakOf("ACME/shared") == 1 && r.peakOf("INITECH/shared") == 1 }, 10*time.Second, 5*time.Millisecond)
+	r.mu.Lock()
+	both := r.now["ACME/shared"] + r.now["INITECH/shared"]
+	r.mu.Unlock()
+	require.Equal(t, 2, both, "each tenant's job of the key runs at once")
+	require.Eventually(t, func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.now["ACME/shared"] == 0 && r.now["INITECH/shared"] == 0 && r.peak["ACME/shared"] == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1, r.peakOf("ACME/shared"))
+	require.Equal(t, 1, r.peakOf("INITECH/shared"))
+}
+
+// TestConcurrencyWaitCancelled: a job waiting for its key's only slot is
+// cancelled while it waits, and says so; the holder runs on.
+func TestConcurrencyWaitCancelled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var r running
+	b.startWorker(t, nil, keyedTool(t, &r))
+	key := &contracts.ConcurrencyLimit{Key: "one", Limit: 1}
+	holder := b.submit(t, "keyed", `1500`, &producer.SubmitOpts{ID: "holder", Concurrency: key})
+	require.Eventually(t, func() bool { return r.peakOf("/one") == 1 }, 10*time.Second, 5*time.Millisecond)
+	waiter := b.submit(t, "keyed", `10`, &producer.SubmitOpts{ID: "waiter", Concurrency: key})
+	require.Eventually(t, func() bool {
+		for _, ev := range b.allEvents(t, waiter.Session) {
+			if ev.Data.JobID == "waiter" && ev.Data.Status == contracts.StatusThrottled {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 20*time.Millisecond)
+	require.NoError(t, b.prod.Cancel(testutil.Context(t, 5*time.Second), waiter.Session, waiter.ID))
+	ev := b.await(t, waiter)
+	require.Equal(t, contracts.StatusCancelled, ev.Data.Status)
+	require.Contains(t, ev.Data.Error.Message, "while it waited for a slot of its concurrency key")
+	require.Equal(t, contracts.StatusCompleted, b.await(t, holder).Data.Status)
+	require.Equal(t, 1, r.peakOf("/one"))
+}

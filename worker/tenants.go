@@ -97,7 +97,7 @@ func (w *Worker) tenantChanged(ctx context.Context, e jetstream.KeyValueEntry) e
 		if !t.cfg.servesTenant(rec.Name) {
 			continue // kept to other tenants (ToolConfig.Tenants)
 		}
-		twin := &tool{name: t.name, handler: t.handler, cfg: t.cfg, slots: t.slots, tenant: rec.Name}
+		twin := &tool{name: t.name, handler: t.handler, cfg: t.cfg, slots: t.slots, parked: t.parked, tenant: rec.Name}
 		twin.weight.Store(int32(rec.Weight)) //nolint:gosec // G115: at most MaxTenantWeight
 		if err := w.startTool(ctx, twin); err != nil {
 			for _, started := range twins {

@@ -40,6 +40,7 @@ func (f HandlerFunc) Handle(ctx context.Context, job *contracts.Job) (json.RawMe
 type Worker struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
+	leases *leases // concurrency-key leases
 	cfg    Config
 	log    *slog.Logger
 	source string
@@ -85,11 +86,12 @@ type tool struct {
 	name    string
 	handler Handler
 	cfg     ToolConfig
-	slots   *slots       // shared with the tool's tenant twins
-	levels  []*level     // a consumer for each priority level
-	tenant  string       // a twin's named tenant, whose jobs stream it consumes; "" for the tool itself
-	weight  atomic.Int32 // the tenant's weight (TenantRecord.Weight), updated in place
-	obs     ToolObserver // nil without Config.Observer
+	slots   *slots        // shared with the tool's tenant twins
+	parked  *atomic.Int64 // jobs waiting for a concurrency slot without a tool slot; shared with the twins
+	levels  []*level      // a consumer for each priority level
+	tenant  string        // a twin's named tenant, whose jobs stream it consumes; "" for the tool itself
+	weight  atomic.Int32  // the tenant's weight (TenantRecord.Weight), updated in place
+	obs     ToolObserver  // nil without Config.Observer
 
 	ccMu   sync.Mutex
 	cc     *puller // nil while paused
@@ -169,7 +171,7 @@ func (w *Worker) Register(name string, h Handler, cfg *ToolConfig) error {
 	if _, ok := w.tools[name]; ok {
 		return fmt.Errorf("%w: %s", ErrDuplicateTool, name)
 	}
-	w.tools[name] = &tool{name: name, handler: h, cfg: tc, slots: newSlots(tc.Concurrency)}
+	w.tools[name] = &tool{name: name, handler: h, cfg: tc, slots: newSlots(tc.Concurrency), parked: new(atomic.Int64)}
 	return nil
 }
 
@@ -247,7 +249,7 @@ func (w *Worker) startBus(ctx context.Context) error {
 	if w.jobs, err = w.js.Stream(ctx, w.cfg.Subjects.JobsStream()); err != nil {
 		return fmt.Errorf("worker: jobs stream: %w", err)
 	}
-	return nil
+	return w.startLeases(ctx)
 }
 
 // startConsuming starts the cancel feed, the subscriptions, the catalog
