@@ -427,3 +427,55 @@ func TestConcurrencyWaitCancelled(t *testing.T) {
 	require.Equal(t, contracts.StatusCompleted, b.await(t, holder).Data.Status)
 	require.Equal(t, 1, r.peakOf("/one"))
 }
+
+// TestConcurrencyLeaseOfDeadWorkerExpires: a worker holding the only slot
+// of a key loses the server mid-job (its connection closes, nothing is
+// released); its lease expires after the lease TTL, the job comes back to
+// the other worker, which takes the slot and finishes it; no lease leaks.
+func TestConcurrencyLeaseOfDeadWorkerExpires(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := &worker.Config{Logger: quiet, ConcurrencyLeaseTTL: time.Second, StopTimeout: time.Second}
+	tc := &worker.ToolConfig{Concurrency: 2, AckWait: time.Second}
+	hung := make(chan struct{})
+	deadNC := b.srv.Connect(t)
+	dead, err := worker.New(deadNC, cfg)
+	require.NoError(t, err)
+	require.NoError(t, dead.Register("keyed", worker.HandlerFunc(func(ctx context.Context, job *contracts.Job) (json.RawMessage, error) {
+		close(hung)
+		<-ctx.Done() // hangs until the worker is stopped
+		return nil, ctx.Err()
+	}), tc))
+	require.NoError(t, dead.Start(testutil.Context(t, 10*time.Second)))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = dead.Stop(ctx)
+	})
+	key := &contracts.ConcurrencyLimit{Key: "solo", Limit: 1}
+	job := b.submit(t, "keyed", ``, &producer.SubmitOpts{ID: "j1", Concurrency: key})
+	<-hung
+	deadNC.Close()
+
+	b.startWorker(t, cfg, func(w *worker.Worker) {
+		require.NoError(t, w.Register("keyed", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
+			return json.RawMessage(`"done"`), nil
+		}), tc))
+	})
+	ev := b.await(t, job)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
+	require.Equal(t, 2, ev.Data.Attempt, "the dead worker's attempt was the first")
+	kv, err := b.js.KeyValue(testutil.Context(t, 5*time.Second), contracts.Subjects{}.ConcurrencyBucket())
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		keys, err := kv.ListKeys(testutil.Context(t, 5*time.Second))
+		if err != nil {
+			return false
+		}
+		n := 0
+		for range keys.Keys() {
+			n++
+		}
+		return n == 0
+	}, 10*time.Second, 50*time.Millisecond, "a lease leaked")
+}

@@ -31,7 +31,8 @@ func (g *globals) producer(session string) (*producer.Producer, func(), error) {
 func newSubmitCmd(g *globals) *cobra.Command {
 	var (
 		tool, input, session, id string
-		from, priority           string
+		from, priority, ckey     string
+		climit                   int
 		wait, progress           bool
 		timeoutMs                int64
 		attempts                 int
@@ -42,6 +43,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 		Example: `  toolq submit --tool noop --input '{"a":1}' --wait
   toolq submit --tool sleep --input @job.json --session agent-7
   toolq submit --tool code_mode.exec --input @run.json --priority high
+  toolq submit --tool code_execution --input @task.json --concurrency-key repo-42 --concurrency-limit 2
   toolq submit --from jobs.jsonl --tool code_execution   # one job a line: {"input":…} (and id, tool, session, meta)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -49,9 +51,16 @@ func newSubmitCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var conc *contracts.ConcurrencyLimit
+			if ckey != "" || climit != 0 {
+				conc = &contracts.ConcurrencyLimit{Key: ckey, Limit: climit}
+				if err := conc.Validate(); err != nil {
+					return err
+				}
+			}
 			if from != "" {
-				if input != "" || id != "" || wait {
-					return contracts.Errorf(contracts.CodeInvalidInput, "--from takes its jobs from the file: not with --input, --id or --wait")
+				if input != "" || id != "" || wait || conc != nil {
+					return contracts.Errorf(contracts.CodeInvalidInput, "--from takes its jobs from the file: not with --input, --id, --wait or --concurrency-*")
 				}
 				p, closeFn, err := g.producer(session)
 				if err != nil {
@@ -74,7 +83,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 			defer closeFn()
 			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 			defer cancel()
-			job, err := p.Submit(ctx, tool, in, &producer.SubmitOpts{ID: id, TimeoutMs: timeoutMs, MaxAttempts: attempts, Progress: progress, Priority: prio})
+			job, err := p.Submit(ctx, tool, in, &producer.SubmitOpts{ID: id, TimeoutMs: timeoutMs, MaxAttempts: attempts, Progress: progress, Priority: prio, Concurrency: conc})
 			if err != nil {
 				return err
 			}
@@ -108,6 +117,8 @@ func newSubmitCmd(g *globals) *cobra.Command {
 	f.Int64Var(&timeoutMs, "job-timeout-ms", 0, "timeout of one attempt (default: the tool's)")
 	f.IntVar(&attempts, "max-attempts", 0, "most attempts (default: the tool's)")
 	f.StringVar(&priority, "priority", "normal", "priority level: high, normal or low (high jobs start before normal ones queued earlier; low ones get at least one slot in five)")
+	f.StringVar(&ckey, "concurrency-key", "", "run at most --concurrency-limit jobs of this key (yours; per session, customer, repository…) at once across all workers")
+	f.IntVar(&climit, "concurrency-limit", 0, "how many jobs of --concurrency-key may run at once (1-10000)")
 	f.StringVar(&from, "from", "", "submit every job of a JSON Lines file (progress on stderr; a rerun goes on where it stopped and submits nothing twice)")
 	return cmd
 }

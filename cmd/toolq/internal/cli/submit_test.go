@@ -152,3 +152,27 @@ func TestSubmitPriority(t *testing.T) {
 	require.Empty(t, out)
 	require.Contains(t, errOut, `invalid_input: priority "urgent" is not one of high, normal, low`)
 }
+
+// `submit --concurrency-key/--concurrency-limit` carries the limit on the
+// job (the worker answers it); a half-given or out-of-range limit is
+// refused before anything is sent.
+func TestSubmitConcurrencyKey(t *testing.T) {
+	t.Parallel()
+	url := startBus(t)
+	code, out, errOut := run(t, "--nats", url, "submit", "--tool", "noop", "--input", `1`, "--concurrency-key", "repo-1", "--concurrency-limit", "2", "--wait")
+	require.Equal(t, 0, code, errOut)
+	var ev contracts.Event
+	require.NoError(t, json.Unmarshal([]byte(out), &ev))
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
+	for _, args := range [][]string{
+		{"--concurrency-key", "repo-1"},
+		{"--concurrency-limit", "2"},
+		{"--concurrency-key", "repo-1", "--concurrency-limit", "10001"},
+		{"--concurrency-key", "a.b", "--concurrency-limit", "1"},
+	} {
+		code, out, errOut := run(t, append([]string{"--nats", url, "submit", "--tool", "noop"}, args...)...)
+		require.Equal(t, 2, code, "%v: %s", args, errOut)
+		require.Empty(t, out)
+		require.Contains(t, errOut, "invalid_input: concurrency.", args)
+	}
+}

@@ -26,6 +26,8 @@ type batchLine struct {
 	Meta    map[string]string `json:"meta,omitempty"`
 	// Priority is high, normal or low; --priority's when empty.
 	Priority string `json:"priority,omitempty"`
+	// Concurrency caps the jobs of its key that run at once.
+	Concurrency *contracts.ConcurrencyLimit `json:"concurrency,omitempty"`
 }
 
 // maxBatchLine bounds one line of a batch file (a job's input included).
@@ -115,7 +117,7 @@ func readBatch(path string, def batchLine) ([]*contracts.Job, error) {
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&l); err != nil {
-			return nil, contracts.Errorf(contracts.CodeInvalidInput, "--from %s: line %d is not a job (id, tool, session, input, meta, priority): %v", path, n, err)
+			return nil, contracts.Errorf(contracts.CodeInvalidInput, "--from %s: line %d is not a job (id, tool, session, input, meta, priority, concurrency): %v", path, n, err)
 		}
 		if l.Tool == "" {
 			l.Tool = def.Tool
@@ -137,7 +139,7 @@ func readBatch(path string, def batchLine) ([]*contracts.Job, error) {
 		if l.Tool == "" {
 			return nil, contracts.Errorf(contracts.CodeInvalidInput, "--from %s: line %d names no tool (and --tool gives none)", path, n)
 		}
-		jobs = append(jobs, &contracts.Job{ID: l.ID, Tool: l.Tool, Session: l.Session, Input: l.Input, Meta: l.Meta, Priority: prio})
+		jobs = append(jobs, &contracts.Job{ID: l.ID, Tool: l.Tool, Session: l.Session, Input: l.Input, Meta: l.Meta, Priority: prio, Concurrency: l.Concurrency})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, contracts.Errorf(contracts.CodeInvalidInput, "--from %s: %v", path, err)
