@@ -35,8 +35,9 @@ type leases struct {
 	ttl time.Duration
 	log *slog.Logger
 
-	mu   sync.Mutex
-	wake map[string]chan struct{} // per key: closed when a lease of it is released here
+	mu     sync.Mutex
+	wake   map[string]chan struct{}   // per key: closed when a lease of it is released here
+	queues map[string][]chan struct{} // per key: the jobs waiting here, in order; the first one tries
 }
 
 func (w *Worker) startLeases(ctx context.Context) error {
@@ -53,7 +54,7 @@ func (w *Worker) startLeases(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: concurrency bucket: %w", err)
 	}
-	w.leases = &leases{kv: kv, ttl: w.cfg.ConcurrencyLeaseTTL, log: w.log, wake: map[string]chan struct{}{}}
+	w.leases = &leases{kv: kv, ttl: w.cfg.ConcurrencyLeaseTTL, log: w.log, wake: map[string]chan struct{}{}, queues: map[string][]chan struct{}{}}
 	return nil
 }
 
@@ -104,6 +105,41 @@ func (l *leases) wakeOf(k string) <-chan struct{} {
 		l.wake[k] = ch
 	}
 	return ch
+}
+
+// join puts a waiting job in line for key k on this worker; only the first
+// in line tries for a slot (no herd of tries at each release). The channel
+// is closed when the job is first; leave takes it out of line.
+func (l *leases) join(k string) chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	turn := make(chan struct{})
+	l.queues[k] = append(l.queues[k], turn)
+	if len(l.queues[k]) == 1 {
+		close(turn)
+	}
+	return turn
+}
+
+func (l *leases) leave(k string, turn chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.queues[k]
+	for i, c := range q {
+		if c != turn {
+			continue
+		}
+		q = append(q[:i], q[i+1:]...)
+		if i == 0 && len(q) > 0 {
+			close(q[0])
+		}
+		break
+	}
+	if len(q) == 0 {
+		delete(l.queues, k)
+	} else {
+		l.queues[k] = q
+	}
 }
 
 func (l *leases) woke(k string) {
@@ -169,15 +205,25 @@ type slotHold struct {
 // concurrencySlot takes a lease of job's concurrency key before the job
 // runs. When every slot of the key is held, the job waits for one on this
 // worker, delivered and kept alive by the heartbeats of in-flight jobs, so
-// it spends no attempt: it gives its tool slot back while it waits (unless
-// parkCap jobs of the tool already wait so), announces the wait once with
-// a throttled event, and takes a tool slot again before it runs. ok is
+// it spends no attempt: it gives its tool slot back while it waits (the
+// tool's pull loops take no more jobs while ConcurrencyWaiters of them
+// wait so), announces the wait
+// once with a throttled event, queues behind the key's other waiting jobs
+// on this worker (the first of them tries, at every local release of the
+// key and every leasePoll), and takes a tool slot again before it runs. ok is
 // false when the job ended while it waited (cancel, shutdown), with out
 // its outcome.
 func (w *Worker) concurrencySlot(ctx context.Context, log *slog.Logger, t *tool, msg jetstream.Msg, job *contracts.Job,
 	attempt int, lastSeq *uint64, h *slotHold,
 ) (ls *lease, out Outcome, ok bool) {
 	c := job.Concurrency
+	k := job.Tenant + "\x00" + c.Key
+	var turn chan struct{}
+	defer func() {
+		if turn != nil {
+			w.leases.leave(k, turn)
+		}
+	}()
 	for first := true; ; first = false {
 		l, err := w.leases.take(ctx, job.Tenant, c, job.ID)
 		if l != nil {
@@ -192,17 +238,28 @@ func (w *Worker) concurrencySlot(ctx context.Context, log *slog.Logger, t *tool,
 			log.Debug("concurrency lease", slog.Any("err", err))
 		}
 		if first {
-			if t.parked.Add(1) <= int64(t.cfg.ConcurrencyWaiters) && h.held {
+			// Never wait holding a tool slot: a job that has its lease
+			// may need that slot to run.
+			t.parked.Add(1)
+			defer t.parked.Add(-1)
+			if h.held {
 				h.slots.release(1)
 				h.held = false
 			}
-			defer t.parked.Add(-1)
 			w.announceThrottled(ctx, log, job, attempt, lastSeq)
+			// In line behind the key's other waiting jobs here: only the
+			// first tries for a slot.
+			turn = w.leases.join(k)
+			select {
+			case <-turn:
+			case <-ctx.Done():
+				return nil, w.endWaiting(ctx, log, msg, job, attempt, *lastSeq), false
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return nil, w.endWaiting(ctx, log, msg, job, attempt, *lastSeq), false
-		case <-w.leases.wakeOf(job.Tenant + "\x00" + c.Key):
+		case <-w.leases.wakeOf(k):
 		case <-time.After(leasePoll):
 		}
 	}

@@ -110,9 +110,10 @@ type ToolConfig struct {
 	// be a way around a deny rule.
 	NormalOnly bool
 	// ConcurrencyWaiters is how many of the tool's jobs may wait on this
-	// worker for a slot of their concurrency key without holding a slot of
-	// the tool; 256 by default. More wait holding theirs, so a key's
-	// backlog cannot take every job of the tool off the queue.
+	// worker for a slot of their concurrency key (holding no slot of the
+	// tool) before the worker stops taking the tool's jobs until some of
+	// them run; 256 by default. So a key's backlog is not drained into one
+	// worker: past it, the jobs stay queued for every worker.
 	ConcurrencyWaiters int
 	// Retry is the retry policy.
 	Retry RetryPolicy

@@ -182,6 +182,16 @@ func (t *tool) class(l *level, held bool) slotClass {
 // a busy level does not lose the slot its job frees to a lower one only
 // because its loop was not back in line yet.
 func (w *Worker) fetch(t *tool, l *level, p *puller, next **slotWaiter) error {
+	// Jobs that wait for their concurrency key hold no slot; past
+	// ConcurrencyWaiters of them, the tool takes no more jobs here until
+	// some run, so one key's backlog is not drained into this worker.
+	for t.parked.Load() >= int64(t.cfg.ConcurrencyWaiters) {
+		select {
+		case <-p.stop:
+			return nil
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	c := t.class(l, false)
 	if *next == nil {
 		*next = t.slots.enqueue(c)

@@ -479,3 +479,32 @@ func TestConcurrencyLeaseOfDeadWorkerExpires(t *testing.T) {
 		return n == 0
 	}, 10*time.Second, 50*time.Millisecond, "a lease leaked")
 }
+
+// TestConcurrencyWaitersCapDoesNotDeadlock: with room for one waiting job
+// and two slots, 20 jobs of a key of limit 1 all finish, in turn: the
+// worker stops taking jobs past the cap instead of letting waiting jobs
+// hold the slots the lease holder needs.
+func TestConcurrencyWaitersCapDoesNotDeadlock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var r running
+	b.startWorker(t, nil, func(w *worker.Worker) {
+		require.NoError(t, w.Register("keyed", worker.HandlerFunc(func(ctx context.Context, job *contracts.Job) (json.RawMessage, error) {
+			r.enter(job.Concurrency.Key)
+			defer r.leave(job.Concurrency.Key)
+			time.Sleep(5 * time.Millisecond)
+			return nil, nil
+		}), &worker.ToolConfig{Concurrency: 2, ConcurrencyWaiters: 1}))
+	})
+	var jobs []*contracts.Job
+	for i := range 20 {
+		jobs = append(jobs, b.submit(t, "keyed", ``, &producer.SubmitOpts{ID: fmt.Sprintf("d%02d", i),
+			Concurrency: &contracts.ConcurrencyLimit{Key: "one", Limit: 1}}))
+	}
+	for _, job := range jobs {
+		ev := b.await(t, job)
+		require.Equal(t, contracts.StatusCompleted, ev.Data.Status, job.ID)
+		require.Equal(t, 1, ev.Data.Attempt, job.ID)
+	}
+	require.Equal(t, 1, r.peakOf("one"))
+}

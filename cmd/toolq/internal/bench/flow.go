@@ -20,7 +20,7 @@ import (
 )
 
 // Scenarios are the flow-control measurements of `toolq bench --scenario`.
-var Scenarios = []string{"fairness", "priority"}
+var Scenarios = []string{"fairness", "priority", "concurrency"}
 
 // FlowConfig sizes the flow-control scenarios.
 type FlowConfig struct {
@@ -227,6 +227,8 @@ func RunScenario(ctx context.Context, name string, cfg FlowConfig) ([]Figure, er
 		return fairness(ctx, cfg)
 	case "priority":
 		return priority(ctx, cfg)
+	case "concurrency":
+		return concurrency(ctx, cfg)
 	}
 	return nil, contracts.Errorf(contracts.CodeInvalidInput, "--scenario %q: want one of %v", name, Scenarios)
 }
@@ -329,4 +331,160 @@ func priority(ctx context.Context, cfg FlowConfig) ([]Figure, error) {
 	}
 	cfg.phase("done")
 	return figs, nil
+}
+
+// concurrencyKey is the key of the concurrency scenario's jobs.
+const concurrencyKey = "bench-key"
+
+// concurrency runs Backlog jobs of one concurrency key (limit 4) on 8
+// workers, each on its own connection, and kills one of them (its
+// connection closed, nothing released) a third of the way through. It
+// prints the most jobs of the key ever seen running at once, and the
+// leases left once everything is done and the dead worker's lease TTL has
+// passed.
+func concurrency(ctx context.Context, cfg FlowConfig) ([]Figure, error) {
+	const (
+		workers  = 8
+		limit    = 4
+		leaseTTL = 2 * time.Second
+	)
+	dir, err := os.MkdirTemp("", "toolq-bench-conc-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := embedded.Start(&embedded.Config{StoreDir: dir})
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Stop()
+	var (
+		mu       sync.Mutex
+		now      int
+		peak     int
+		finished = map[string]bool{}
+	)
+	handler := worker.HandlerFunc(func(ctx context.Context, job *contracts.Job) (json.RawMessage, error) {
+		mu.Lock()
+		now++
+		peak = max(peak, now)
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			now--
+			finished[job.ID] = true
+			mu.Unlock()
+		}()
+		select {
+		case <-time.After(time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return nil, nil
+	})
+	var (
+		conns []interface{ Close() }
+		ws    []*worker.Worker
+	)
+	defer func() {
+		for _, w := range ws {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = w.Stop(sctx)
+			cancel()
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range workers {
+		nc, err := srv.Connect()
+		if err != nil {
+			return nil, err
+		}
+		conns = append(conns, nc)
+		w, err := worker.New(nc, &worker.Config{Name: fmt.Sprintf("bench-conc-%d", i), Logger: slog.New(slog.DiscardHandler),
+			ConcurrencyLeaseTTL: leaseTTL, StopTimeout: time.Second})
+		if err != nil {
+			return nil, err
+		}
+		if err := w.Register(flowTool, handler, &worker.ToolConfig{Concurrency: 16, AckWait: leaseTTL}); err != nil {
+			return nil, err
+		}
+		if err := w.Start(ctx); err != nil {
+			return nil, err
+		}
+		ws = append(ws, w)
+	}
+	nc, err := srv.Connect()
+	if err != nil {
+		return nil, err
+	}
+	conns = append(conns, nc)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	cfg.phase("concurrency: %d jobs of one key, limit %d, on %d workers; one killed a third of the way", cfg.Backlog, limit, workers)
+	start := time.Now()
+	subject := contracts.Subjects{}.Job(flowTool)
+	conc := &contracts.ConcurrencyLimit{Key: concurrencyKey, Limit: limit}
+	for i := range cfg.Backlog {
+		id := fmt.Sprintf("c%d", i)
+		body, err := json.Marshal(&contracts.Job{ID: id, Tool: flowTool, Session: "bench-conc", CreatedAt: time.Now().UTC(), Concurrency: conc})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := js.PublishAsync(subject, body, jetstream.WithMsgID(id)); err != nil {
+			return nil, err
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	killed := false
+	for {
+		mu.Lock()
+		done := len(finished)
+		mu.Unlock()
+		if !killed && done >= cfg.Backlog/3 {
+			conns[0].Close() // worker 0 dies: its leases and jobs are left to expire
+			killed = true
+		}
+		if done >= cfg.Backlog {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("bench: %d of %d jobs done: %w", done, cfg.Backlog, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	elapsed := time.Since(start)
+	// The dead worker's leases expire within the TTL (the server removes
+	// expired entries on its own schedule): count what is left after that.
+	time.Sleep(leaseTTL + 2*time.Second)
+	kv, err := js.KeyValue(ctx, contracts.Subjects{}.ConcurrencyBucket())
+	if err != nil {
+		return nil, err
+	}
+	leaks := 0
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for range keys.Keys() {
+		leaks++
+	}
+	mu.Lock()
+	observed := peak
+	mu.Unlock()
+	cfg.phase("done")
+	return []Figure{
+		{"concurrency_limit", limit, "jobs"},
+		{"concurrency_max_observed", float64(observed), "jobs"},
+		{"concurrency_slot_leaks", float64(leaks), "leases"},
+		{"concurrency_throughput", float64(cfg.Backlog) / elapsed.Seconds(), "jobs/s"},
+	}, nil
 }

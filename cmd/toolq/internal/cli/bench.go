@@ -155,7 +155,7 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 	f.BoolVar(&tenants, "tenants", false, "run again with the jobs submitted and followed through a tenant account's imports and print both, with their throughput ratio")
 	f.BoolVar(&mx, "metrics", false, "run again with the worker's Prometheus metrics on, in turns with off, and print both medians and the median on/off throughput ratio")
 	f.IntVar(&rounds, "metrics-rounds", 3, "rounds of off and on with --metrics")
-	f.StringVar(&scenario, "scenario", "", "run one flow-control scenario instead: fairness (a quiet tenant's start delay behind a noisy tenant's backlog, and the same with fairness off) or priority (a high job's start delay behind a backlog of normal ones, and a normal one's)")
+	f.StringVar(&scenario, "scenario", "", "run one flow-control scenario instead: fairness (a quiet tenant's start delay behind a noisy tenant's backlog, and the same with fairness off) priority (a high job's start delay behind a backlog of normal ones, and a normal one's) or concurrency (jobs of one key with limit 4 on 8 workers, one killed: the most seen at once and the leases left)")
 	f.IntVar(&flow.Backlog, "scenario-backlog", flow.Backlog, "jobs queued ahead in a --scenario")
 	f.IntVar(&flow.Probes, "scenario-probes", flow.Probes, "the quiet tenant's timed jobs in --scenario fairness")
 	f.IntVar(&flow.Concurrency, "scenario-concurrency", flow.Concurrency, "the worker's slots in a --scenario")

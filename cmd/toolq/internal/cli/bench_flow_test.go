@@ -13,8 +13,9 @@ import (
 func TestBenchScenarios(t *testing.T) {
 	t.Parallel()
 	for scenario, names := range map[string][]string{
-		"fairness": {"fairness_quiet_p50_ms", "fairness_quiet_p99_ms", "fairness_off_quiet_p50_ms", "fairness_off_quiet_p99_ms"},
-		"priority": {"priority_high_start_ms", "priority_off_start_ms"},
+		"fairness":    {"fairness_quiet_p50_ms", "fairness_quiet_p99_ms", "fairness_off_quiet_p50_ms", "fairness_off_quiet_p99_ms"},
+		"priority":    {"priority_high_start_ms", "priority_off_start_ms"},
+		"concurrency": {"concurrency_limit", "concurrency_max_observed", "concurrency_throughput"},
 	} {
 		code, out, errOut := run(t, "bench", "--scenario", scenario, "--scenario-backlog", "300", "--scenario-probes", "5", "--scenario-concurrency", "4")
 		require.Equal(t, 0, code, errOut)
@@ -33,5 +34,5 @@ func TestBenchScenarios(t *testing.T) {
 	}
 	code, _, errOut := run(t, "bench", "--scenario", "chaos")
 	require.Equal(t, 2, code, errOut)
-	require.Contains(t, errOut, `--scenario "chaos": want one of [fairness priority]`)
+	require.Contains(t, errOut, `--scenario "chaos": want one of [fairness priority concurrency]`)
 }
