@@ -34,7 +34,14 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 	start := time.Now()
 	t.observeStart(md, start)
 	out := OutcomeAnswered
-	defer func() { t.observeEnd(out, start) }()
+	var code contracts.ErrorCode // the job's error code, for its span
+	span := w.startJobSpan(t, msg, attempt, max(start.Sub(md.Timestamp), 0))
+	defer func() {
+		t.observeEnd(out, start)
+		if span != nil {
+			span.End(out.String(), code)
+		}
+	}()
 	if msg.Headers().Get(headerScheduler) != "" {
 		out = w.refuseFired(t, msg, attempt)
 		return
@@ -56,8 +63,12 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		err = checkMsgID(msg, job)
 	}
 	if err != nil {
+		code = contracts.AsError(err).Code
 		out = w.reject(t, msg, attempt, err)
 		return
+	}
+	if span != nil {
+		span.SetAttrs(jobAttrs(job)...)
 	}
 	log := w.log.With(slog.String("job", job.ID), slog.String("tool", t.name), slog.Int("attempt", attempt))
 	if job.Tenant != "" {
@@ -94,10 +105,12 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 	// that names the job's session stops it.
 	key := contracts.CancelKey(job.Tenant, job.Session, job.ID)
 	if w.isCancelled(key) {
+		code = contracts.CodeCancelled
 		out = w.finish(log, msg, job, attempt, lastSeq, contracts.StatusCancelled, nil, contracts.Errorf(contracts.CodeCancelled, "job was cancelled before it started"))
 		return
 	}
 	if job.Tenant != "" && t.cfg.DefaultTenantOnly {
+		code = contracts.CodeInvalidInput
 		out = w.finish(log, msg, job, attempt, lastSeq, contracts.StatusFailed, nil, contracts.Errorf(contracts.CodeInvalidInput, "tool %s does not serve tenants", t.name))
 		return
 	}
@@ -106,6 +119,7 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		maxAttempts = job.MaxAttempts
 	}
 	if attempt > maxAttempts {
+		code = contracts.CodeInternalError
 		out = w.deadLetter(log, msg, t, job, attempt-1, lastSeq,
 			contracts.Errorf(contracts.CodeInternalError, "attempts exhausted: the worker running attempt %d stopped without an answer", attempt-1))
 		return
@@ -114,7 +128,11 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 	ctx, cancel := context.WithCancelCause(w.runCtx)
 	ctx, cancelTimeout := context.WithTimeout(ctx, job.Timeout(t.cfg.Timeout))
 	defer cancelTimeout()
-	if tp := msg.Headers().Get(bus.HeaderTraceParent); tp != "" {
+	switch tp := msg.Headers().Get(bus.HeaderTraceParent); {
+	case span != nil:
+		// What the handler submits is a child of this delivery's span.
+		ctx = WithTraceParent(ctx, span.TraceParent())
+	case tp != "":
 		ctx = withTraceParent(ctx, tp)
 	}
 	ctx = context.WithValue(ctx, attemptKey{}, attempt)
@@ -159,6 +177,7 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		out = OutcomeRequeued
 		return
 	case errors.Is(cause, errJobCancelled):
+		code = contracts.CodeCancelled
 		out = w.finish(log, msg, job, attempt, lastSeq, contracts.StatusCancelled, nil, contracts.Errorf(contracts.CodeCancelled, "job was cancelled while running"))
 		return
 	}
@@ -175,6 +194,7 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 			result = nil
 		}
 		log.Info("job denied", slog.String("reason", denied.Reason))
+		code = contracts.CodeDenied
 		out = w.finish(log, msg, job, attempt, lastSeq, contracts.StatusDenied, result, contracts.Errorf(contracts.CodeDenied, "%s", denied.Reason))
 		return
 	}
@@ -198,6 +218,7 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 		herr = &contracts.Error{Code: contracts.CodeTimeout, Message: fmt.Sprintf("attempt exceeded its timeout of %s", job.Timeout(t.cfg.Timeout)), Retryable: true}
 	}
 	werr, retry, delay := classify(herr)
+	code = werr.Code
 	if delay == 0 {
 		delay = t.cfg.Retry.Delay(attempt)
 	}
