@@ -1,0 +1,140 @@
+// Package otlptest is an OTLP/HTTP trace receiver on the loopback
+// interface: it decodes each export request as a collector would and keeps
+// the spans (or only counts them), for tests and for `toolq bench`, whose
+// traced rounds export to it.
+package otlptest
+
+import (
+	"bytes"
+	"compress/gzip"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// Span is a received span with the service.name of its resource.
+type Span struct {
+	Service string
+	Span    *tracepb.Span
+}
+
+// Receiver is a running OTLP/HTTP receiver.
+type Receiver struct {
+	srv  *httptest.Server
+	keep bool
+
+	mu       sync.Mutex
+	spans    []Span
+	count    int
+	requests int
+	bad      int
+}
+
+// New starts a receiver on 127.0.0.1; keep says whether it keeps the spans
+// (Spans) or only counts them (Count). Close stops it.
+func New(keep bool) *Receiver {
+	r := &Receiver{keep: keep}
+	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
+	return r
+}
+
+// URL is the receiver's base URL (the exporter appends /v1/traces).
+func (r *Receiver) URL() string { return r.srv.URL }
+
+// Close stops the receiver.
+func (r *Receiver) Close() { r.srv.Close() }
+
+func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodPost || req.URL.Path != "/v1/traces" || req.Header.Get("Content-Type") != "application/x-protobuf" {
+		r.fail()
+		http.Error(w, "want POST /v1/traces of application/x-protobuf", http.StatusBadRequest)
+		return
+	}
+	var body io.Reader = req.Body
+	if req.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(req.Body)
+		if err != nil {
+			r.fail()
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		defer zr.Close()
+		body = zr
+	}
+	data, err := io.ReadAll(io.LimitReader(body, 64<<20))
+	if err != nil {
+		r.fail()
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var msg collectortrace.ExportTraceServiceRequest
+	if err := proto.Unmarshal(data, &msg); err != nil {
+		r.fail()
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.mu.Lock()
+	r.requests++
+	for _, rs := range msg.GetResourceSpans() {
+		service := ""
+		for _, a := range rs.GetResource().GetAttributes() {
+			if a.GetKey() == "service.name" {
+				service = a.GetValue().GetStringValue()
+			}
+		}
+		for _, ss := range rs.GetScopeSpans() {
+			r.count += len(ss.GetSpans())
+			if r.keep {
+				for _, s := range ss.GetSpans() {
+					r.spans = append(r.spans, Span{Service: service, Span: s})
+				}
+			}
+		}
+	}
+	r.mu.Unlock()
+	out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = io.Copy(w, bytes.NewReader(out))
+}
+
+func (r *Receiver) fail() {
+	r.mu.Lock()
+	r.bad++
+	r.mu.Unlock()
+}
+
+// Spans returns the spans received so far (none unless keep).
+func (r *Receiver) Spans() []Span {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Span(nil), r.spans...)
+}
+
+// Count is the number of spans received so far.
+func (r *Receiver) Count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.count
+}
+
+// Bad is the number of requests refused (not OTLP/HTTP protobuf).
+func (r *Receiver) Bad() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.bad
+}
+
+// Attr returns the string value of attribute key of s, "" when absent.
+func Attr(s *tracepb.Span, key string) string {
+	for _, a := range s.GetAttributes() {
+		if a.GetKey() == key {
+			return a.GetValue().GetStringValue()
+		}
+	}
+	return ""
+}
