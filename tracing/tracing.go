@@ -17,6 +17,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -28,6 +29,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/scheduler"
 	"github.com/toolq/toolq/worker"
 )
 
@@ -41,6 +43,10 @@ const (
 const (
 	AttrOutcome   = "toolq.outcome"
 	AttrErrorCode = "toolq.error.code"
+	// AttrScheduleID and AttrScheduleLate are a firing's schedule and how
+	// late it fired after its due time.
+	AttrScheduleID   = "toolq.schedule.id"
+	AttrScheduleLate = "toolq.schedule.late_ms"
 )
 
 // Config configures a Tracer.
@@ -86,7 +92,10 @@ type Tracer struct {
 	tracer trace.Tracer
 }
 
-var _ worker.Tracer = (*Tracer)(nil)
+var (
+	_ worker.Tracer    = (*Tracer)(nil)
+	_ scheduler.Tracer = (*Tracer)(nil)
+)
 
 // New makes a Tracer, or returns nil, nil when cfg does not turn tracing
 // on (Enabled): a nil *Tracer is no worker.Tracer, so check before setting
@@ -317,4 +326,20 @@ func ParseRatio(s string) (float64, error) {
 		return 0, contracts.Errorf(contracts.CodeInvalidInput, "trace sample ratio %q: want a number in [0, 1]", s)
 	}
 	return r, nil
+}
+
+// Firing implements scheduler.Tracer: a firing is the root of the fired
+// job's trace.
+func (t *Tracer) Firing(id, tool string, due time.Time) (string, func(contracts.ErrorCode)) {
+	s := t.Start(worker.SpanStart{Name: "scheduler.fire", Attrs: []slog.Attr{
+		slog.String(AttrScheduleID, id), slog.String(worker.AttrTool, tool),
+		slog.Float64(AttrScheduleLate, float64(max(time.Since(due), 0).Microseconds())/1000),
+	}})
+	return s.TraceParent(), func(code contracts.ErrorCode) {
+		outcome := "enqueued"
+		if code != "" {
+			outcome = "failed"
+		}
+		s.End(outcome, code)
+	}
 }

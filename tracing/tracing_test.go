@@ -21,6 +21,7 @@ import (
 	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/sandbox"
+	"github.com/toolq/toolq/scheduler"
 	"github.com/toolq/toolq/shell"
 	"github.com/toolq/toolq/tools/codemode"
 	"github.com/toolq/toolq/tools/shellexec"
@@ -422,4 +423,30 @@ func TestOTLPHTTPExport(t *testing.T) {
 	require.ErrorIs(t, err, contracts.ErrInvalidInput)
 	_, err = tracing.New(ctx, &tracing.Config{Endpoint: "127.0.0.1:1", Protocol: "thrift"})
 	require.ErrorIs(t, err, contracts.ErrInvalidInput)
+}
+
+// A scheduled job's trace begins at its firing: the job's span is a child
+// of the scheduler's.
+func TestFiredJobIsTracedFromItsFiring(t *testing.T) {
+	t.Parallel()
+	_, pub := newApprover(t)
+	tr, rec := recorder(t)
+	n := start(t, tr, pub)
+	e, err := scheduler.NewNATS(n.srv.Connect(t), &scheduler.NATSConfig{Logger: quiet, Tracer: tr})
+	require.NoError(t, err)
+	ctx := testutil.Context(t, 30*time.Second)
+	require.NoError(t, e.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = e.Stop(sctx)
+	})
+	s, err := e.Create(ctx, &scheduler.Schedule{ID: "soon", In: time.Second, Job: scheduler.Job{Tool: worker.ToolNoop}})
+	require.NoError(t, err)
+	by := spans(t, rec, map[string]int{"scheduler.fire": 1, "toolq.job noop": 1})
+	fire := by["scheduler.fire"][0]
+	require.Equal(t, s.ID, attr(fire, tracing.AttrScheduleID).AsString())
+	require.Equal(t, "enqueued", attr(fire, tracing.AttrOutcome).AsString())
+	require.False(t, fire.Parent().IsValid())
+	childOf(t, by["toolq.job noop"][0], fire)
 }
