@@ -25,8 +25,9 @@ type Span struct {
 
 // Receiver is a running OTLP/HTTP receiver.
 type Receiver struct {
-	srv  *httptest.Server
-	keep bool
+	srv     *httptest.Server
+	keep    bool
+	discard bool
 
 	mu       sync.Mutex
 	spans    []Span
@@ -39,6 +40,15 @@ type Receiver struct {
 // (Spans) or only counts them (Count). Close stops it.
 func New(keep bool) *Receiver {
 	r := &Receiver{keep: keep}
+	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
+	return r
+}
+
+// NewDiscard starts a receiver that reads each request and answers it
+// without decoding it, as a collector on another machine costs this one
+// nothing but the export: for measuring what tracing costs its sender.
+func NewDiscard() *Receiver {
+	r := &Receiver{discard: true}
 	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
 	return r
 }
@@ -70,6 +80,13 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 	if err != nil {
 		r.fail()
 		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if r.discard {
+		r.mu.Lock()
+		r.requests++
+		r.mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
 		return
 	}
 	var msg collectortrace.ExportTraceServiceRequest
@@ -120,6 +137,13 @@ func (r *Receiver) Count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.count
+}
+
+// Requests is the number of export requests answered.
+func (r *Receiver) Requests() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.requests
 }
 
 // Bad is the number of requests refused (not OTLP/HTTP protobuf).

@@ -24,6 +24,8 @@ import (
 	"github.com/toolq/toolq/internal/embedded"
 	"github.com/toolq/toolq/metrics"
 	"github.com/toolq/toolq/producer"
+	"github.com/toolq/toolq/tracing"
+	"github.com/toolq/toolq/tracing/otlptest"
 	"github.com/toolq/toolq/worker"
 )
 
@@ -53,6 +55,11 @@ type Config struct {
 	// (worker.Config.Observer) and gathers the registry every second, as a
 	// scraper would, so the figures show what metrics cost.
 	Metrics bool
+	// Tracing runs the worker with OpenTelemetry tracing on (package
+	// tracing, every trace sampled), exporting over OTLP/HTTP to a
+	// receiver on the loopback interface that reads and discards each
+	// export, as a collector elsewhere would cost this machine nothing.
+	Tracing bool
 	// Phase, when set, is told each phase as it begins (toolq bench prints
 	// them on stderr: a run takes a while).
 	Phase func(phase string)
@@ -151,6 +158,21 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 		stop := gatherEvery(reg, time.Second)
 		defer stop()
 	}
+	var exports func() int // export requests so far
+	if cfg.Tracing {
+		recv := otlptest.NewDiscard()
+		defer recv.Close()
+		tr, err := tracing.New(ctx, &tracing.Config{Endpoint: recv.URL(), Protocol: tracing.ProtocolHTTP, SampleRatio: 1})
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = tr.Shutdown(context.WithoutCancel(ctx)) }()
+		wcfg.Tracer = tr
+		exports = func() int {
+			_ = tr.ForceFlush(ctx)
+			return recv.Requests()
+		}
+	}
 	w, err := worker.New(wnc, wcfg)
 	if err != nil {
 		return nil, err
@@ -187,6 +209,10 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 		return nil, err
 	}
 	figs = append(figs, tf...)
+	if exports != nil {
+		// The spans did leave: the receiver answered this many exports.
+		figs = append(figs, Figure{"trace_exports", float64(exports()), "count"})
+	}
 	// Health of the run: jobs JetStream had to redeliver and connections the
 	// server had to drop messages to; both should be 0.
 	if vz, err := srv.Varz(nil); err == nil {

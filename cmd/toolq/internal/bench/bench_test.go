@@ -62,3 +62,26 @@ func BenchmarkEndToEnd(b *testing.B) {
 		}
 	}
 }
+
+// TestRunSmallTraced runs it with metrics and tracing on: the spans are
+// exported to the local receiver.
+func TestRunSmallTraced(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := Defaults()
+	cfg.Jobs, cfg.LatencyJobs, cfg.StoreDir, cfg.Metrics, cfg.Tracing = 500, 0, t.TempDir(), true, true
+	figs, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range figs {
+		if f.Name == "trace_exports" {
+			if f.Value < 1 {
+				t.Fatalf("no trace export reached the receiver")
+			}
+			return
+		}
+	}
+	t.Fatal("no trace_exports figure")
+}

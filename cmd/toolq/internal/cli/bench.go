@@ -17,10 +17,12 @@ import (
 func newBenchCmd(g *globals) *cobra.Command {
 	cfg := bench.Defaults()
 	var (
-		anchors     string
-		tenants, mx bool
-		rounds      int
-		workers     []int
+		anchors       string
+		tenants, mx   bool
+		rounds        int
+		observe       bool
+		observeRounds int
+		workers       []int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -36,6 +38,9 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if rounds < 1 || rounds > 20 {
 				return contracts.Errorf(contracts.CodeInvalidInput, "--metrics-rounds %d out of range [1, 20]", rounds)
+			}
+			if observeRounds < 3 || observeRounds > 20 {
+				return contracts.Errorf(contracts.CodeInvalidInput, "--observe-rounds %d out of range [3, 20]", observeRounds)
 			}
 			// The phases on stderr as they begin; stdout keeps the figures.
 			cfg.Phase = func(phase string) { g.tell("bench: %s", phase) }
@@ -80,33 +85,33 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 				// times (the run above was the first off): a machine whose
 				// load drifts moves both alike. The ratio is the median of
 				// the rounds' on/off ratios.
-				var offs, ons, ratios []float64
-				off := vals["e2e_throughput"]
-				for i := range rounds {
-					if i > 0 {
-						g.tell("bench: metrics off, round %d of %d", i+1, rounds)
-						ofigs, err := bench.Run(cmd.Context(), cfg)
-						if err != nil {
-							return err
-						}
-						off = throughputOf(ofigs)
-					}
-					on := cfg
-					on.Metrics = true
-					g.tell("bench: metrics on, round %d of %d", i+1, rounds)
-					mfigs, err := bench.Run(cmd.Context(), on)
-					if err != nil {
-						return err
-					}
-					offs, ons = append(offs, off), append(ons, throughputOf(mfigs))
-					if off > 0 {
-						ratios = append(ratios, ons[i]/off)
-						g.tell("bench: round %d: off %.0f jobs/s, on %.0f jobs/s, ratio %.3f", i+1, off, ons[i], ons[i]/off)
-					}
+				on := cfg
+				on.Metrics = true
+				offs, ons, ratios, err := alternate(cmd, g, cfg, on, "metrics", rounds, vals["e2e_throughput"])
+				if err != nil {
+					return err
 				}
 				emit(bench.Figure{Name: "metrics_off_throughput_median", Value: median(offs), Unit: "jobs/s"})
 				emit(bench.Figure{Name: "metrics_on_throughput_median", Value: median(ons), Unit: "jobs/s"})
 				emit(bench.Figure{Name: "metrics_throughput_vs_off", Value: median(ratios), Unit: "ratio"})
+			}
+			if observe {
+				// Observability off, and metrics and tracing (every trace,
+				// exported over OTLP/HTTP) on, in turns as with --metrics.
+				on := cfg
+				on.Metrics, on.Tracing = true, true
+				offs, ons, ratios, err := alternate(cmd, g, cfg, on, "observability", observeRounds, vals["e2e_throughput"])
+				if err != nil {
+					return err
+				}
+				for i := range offs {
+					emit(bench.Figure{Name: fmt.Sprintf("observability_off_throughput_round_%d", i+1), Value: offs[i], Unit: "jobs/s"})
+					emit(bench.Figure{Name: fmt.Sprintf("observability_on_throughput_round_%d", i+1), Value: ons[i], Unit: "jobs/s"})
+				}
+				emit(bench.Figure{Name: "observability_off_throughput_median", Value: median(offs), Unit: "jobs/s"})
+				emit(bench.Figure{Name: "observability_on_throughput_median", Value: median(ons), Unit: "jobs/s"})
+				emit(bench.Figure{Name: "observability_throughput_vs_off", Value: median(ratios), Unit: "ratio"})
+				emit(bench.Figure{Name: "observability_overhead_pct", Value: max(0, (1-median(ratios))*100), Unit: "%"})
 			}
 			if anchors != "" {
 				a, err := readAnchors(anchors)
@@ -145,6 +150,8 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 	f.BoolVar(&tenants, "tenants", false, "run again with the jobs submitted and followed through a tenant account's imports and print both, with their throughput ratio")
 	f.BoolVar(&mx, "metrics", false, "run again with the worker's Prometheus metrics on, in turns with off, and print both medians and the median on/off throughput ratio")
 	f.IntVar(&rounds, "metrics-rounds", 3, "rounds of off and on with --metrics")
+	f.BoolVar(&observe, "observe", false, "run again with metrics and tracing on (every trace exported over OTLP/HTTP to a local receiver), in turns with both off, and print every round, both medians and bench.observability_overhead_pct")
+	f.IntVar(&observeRounds, "observe-rounds", 3, "rounds of off and on with --observe (at least 3)")
 	f.IntSliceVar(&workers, "workers", nil, "measure against the server of --nats with this many `toolq worker` processes instead, one round per count (e.g. 1,2,4); figures end in _workers_N")
 	return cmd
 }
@@ -220,4 +227,32 @@ func readAnchors(path string) (map[string]float64, error) {
 		out[strings.TrimPrefix(fs[0], "anchor.")] = v
 	}
 	return out, sc.Err()
+}
+
+// alternate runs on and cfg (off) in turns, rounds times, and returns the
+// throughputs of each and the rounds' on/off ratios. off0 is the first
+// off round's throughput, measured before.
+func alternate(cmd *cobra.Command, g *globals, cfg, on bench.Config, what string, rounds int, off0 float64) (offs, ons, ratios []float64, err error) {
+	off := off0
+	for i := range rounds {
+		if i > 0 {
+			g.tell("bench: %s off, round %d of %d", what, i+1, rounds)
+			ofigs, err := bench.Run(cmd.Context(), cfg)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			off = throughputOf(ofigs)
+		}
+		g.tell("bench: %s on, round %d of %d", what, i+1, rounds)
+		mfigs, err := bench.Run(cmd.Context(), on)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		offs, ons = append(offs, off), append(ons, throughputOf(mfigs))
+		if off > 0 {
+			ratios = append(ratios, ons[i]/off)
+			g.tell("bench: round %d: off %.0f jobs/s, on %.0f jobs/s, ratio %.3f", i+1, off, ons[i], ons[i]/off)
+		}
+	}
+	return offs, ons, ratios, nil
 }

@@ -59,7 +59,7 @@ type workerFlags struct {
 	metrics metricsFlags
 	// obs is the command's metrics (nil without --metrics-listen), set
 	// before the node is made.
-	obs *metrics.Metrics
+	obs     *metrics.Metrics
 	tracing tracingFlags
 	// tracer is the command's tracer (nil without --otlp-endpoint), set
 	// before the node is made.

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bytes"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -50,4 +52,34 @@ func TestTracingFlagsChecked(t *testing.T) {
 	code, _, errOut = run(t, "dev", "--once", "--listen", "127.0.0.1:-1", "--data", t.TempDir(), "--otlp-endpoint", "127.0.0.1:4318", "--otlp-protocol", "thrift")
 	require.NotEqual(t, 0, code)
 	require.Contains(t, errOut, "OTLP protocol")
+}
+
+// toolq bench --observe runs observability off and on in turns and prints
+// every round, both medians and the overhead; the traced rounds' spans
+// reach the receiver.
+func TestBenchObserve(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := run(t, "bench", "--observe", "--jobs", "300", "--submitters", "4", "--concurrency", "16", "--latency-jobs", "0")
+	require.Equal(t, 0, code, errOut)
+	vals := map[string]float64{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		require.Len(t, f, 3, "stdout line %q", line)
+		v, err := strconv.ParseFloat(f[1], 64)
+		require.NoError(t, err, line)
+		vals[f[0]] = v
+	}
+	for i := 1; i <= 3; i++ {
+		require.Positive(t, vals["bench.observability_off_throughput_round_"+strconv.Itoa(i)])
+		require.Positive(t, vals["bench.observability_on_throughput_round_"+strconv.Itoa(i)])
+	}
+	require.Positive(t, vals["bench.observability_off_throughput_median"])
+	require.Positive(t, vals["bench.observability_on_throughput_median"])
+	require.Positive(t, vals["bench.observability_throughput_vs_off"])
+	_, ok := vals["bench.observability_overhead_pct"]
+	require.True(t, ok, out)
+	require.Contains(t, errOut, "bench: observability on, round 3 of 3")
+	code, _, errOut = run(t, "bench", "--observe", "--observe-rounds", "2")
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errOut, "--observe-rounds")
 }
