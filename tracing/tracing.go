@@ -23,7 +23,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -221,13 +220,65 @@ func (t *Tracer) ForceFlush(ctx context.Context) error {
 // traces its own work.
 func (t *Tracer) Provider() trace.TracerProvider { return t.tp }
 
-var tc = propagation.TraceContext{}
+// parseTraceParent reads a W3C traceparent as propagation.TraceContext
+// does (the same parts, versions, flags and refusals; tracestate is not
+// carried), without the carrier and contexts Extract allocates: it runs
+// for every job.
+func parseTraceParent(h string) (trace.SpanContext, bool) {
+	var ver [1]byte
+	if !hexPart(ver[:], &h, 2) || ver[0] == 0xff {
+		return trace.SpanContext{}, false
+	}
+	var scc trace.SpanContextConfig
+	var opts [1]byte
+	if !hexPart(scc.TraceID[:], &h, 32) || !hexPart(scc.SpanID[:], &h, 16) || !hexPart(opts[:], &h, 2) {
+		return trace.SpanContext{}, false
+	}
+	if ver[0] == 0 && (h != "" || opts[0] > 3) {
+		return trace.SpanContext{}, false
+	}
+	scc.TraceFlags = trace.TraceFlags(opts[0]) & (trace.FlagsSampled | trace.FlagsRandom)
+	scc.Remote = true
+	sc := trace.NewSpanContext(scc)
+	return sc, sc.IsValid()
+}
+
+// hexPart decodes the next dash-separated part of *h, of n lower-case hex
+// digits, into dst.
+func hexPart(dst []byte, h *string, n int) bool {
+	part, left, _ := strings.Cut(*h, "-")
+	*h = left
+	if len(part) != n {
+		return false
+	}
+	for i := 0; i < n; i += 2 {
+		hi, ok1 := unhex(part[i])
+		lo, ok2 := unhex(part[i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		dst[i/2] = hi<<4 | lo
+	}
+	return true
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
 
 // Start implements worker.Tracer.
 func (t *Tracer) Start(s worker.SpanStart) worker.Span {
 	ctx := context.Background()
 	if s.Parent != "" {
-		ctx = tc.Extract(ctx, propagation.MapCarrier{"traceparent": s.Parent})
+		if sc, ok := parseTraceParent(s.Parent); ok {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+		}
 	}
 	opts := make([]trace.SpanStartOption, 0, 4)
 	if s.Consumer {
@@ -237,7 +288,7 @@ func (t *Tracer) Start(s worker.SpanStart) worker.Span {
 		opts = append(opts, trace.WithTimestamp(s.Start))
 	}
 	for _, l := range s.Links {
-		if sc := trace.SpanContextFromContext(tc.Extract(context.Background(), propagation.MapCarrier{"traceparent": l})); sc.IsValid() {
+		if sc, ok := parseTraceParent(l); ok {
 			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
 		}
 	}
@@ -280,12 +331,12 @@ func (s *span) SetAttrs(a ...slog.Attr) {
 
 func (s *span) End(outcome string, code contracts.ErrorCode) {
 	if s.sp.IsRecording() {
-		if outcome != "" {
-			s.sp.SetAttributes(attribute.String(AttrOutcome, outcome))
-		}
-		if code != "" {
-			s.sp.SetAttributes(attribute.String(AttrErrorCode, string(code)))
+		switch {
+		case code != "":
+			s.sp.SetAttributes(attribute.String(AttrOutcome, outcome), attribute.String(AttrErrorCode, string(code)))
 			s.sp.SetStatus(codes.Error, string(code))
+		case outcome != "":
+			s.sp.SetAttributes(attribute.String(AttrOutcome, outcome))
 		}
 	}
 	s.sp.End()

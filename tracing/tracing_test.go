@@ -450,3 +450,27 @@ func TestFiredJobIsTracedFromItsFiring(t *testing.T) {
 	require.False(t, fire.Parent().IsValid())
 	childOf(t, by["toolq.job noop"][0], fire)
 }
+
+// A requester's traceparent in ctx (producer.WithTraceParent) is sent with
+// each job it submits, by Submit and by SubmitBatch alike.
+func TestProducerSendsTheTraceParentOfCtx(t *testing.T) {
+	t.Parallel()
+	_, pub := newApprover(t)
+	tr, rec := recorder(t)
+	n := start(t, tr, pub)
+	ctx := producer.WithTraceParent(testutil.Context(t, 20*time.Second), requesterTP)
+	one, err := n.prod.Submit(ctx, worker.ToolNoop, json.RawMessage(`{}`), nil)
+	require.NoError(t, err)
+	batch := []*contracts.Job{{ID: "b1", Tool: worker.ToolNoop}}
+	_, err = n.prod.SubmitBatch(ctx, batch, nil)
+	require.NoError(t, err)
+	for _, id := range []string{one.ID, "b1"} {
+		_, err = n.prod.Await(ctx, "s1", id, nil)
+		require.NoError(t, err)
+	}
+	by := spans(t, rec, map[string]int{"toolq.job noop": 2})
+	for _, id := range []string{one.ID, "b1"} {
+		s := byAttr(t, by["toolq.job noop"], worker.AttrJobID, id)
+		require.Equal(t, "00f067aa0ba902b7", s.Parent().SpanID().String(), id)
+	}
+}

@@ -35,7 +35,7 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 	t.observeStart(md, start)
 	out := OutcomeAnswered
 	var code contracts.ErrorCode // the job's error code, for its span
-	span := w.startJobSpan(t, msg, attempt, max(start.Sub(md.Timestamp), 0))
+	var span Span                // nil without a Tracer
 	defer func() {
 		t.observeEnd(out, start)
 		if span != nil {
@@ -62,13 +62,15 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 	if err == nil {
 		err = checkMsgID(msg, job)
 	}
+	if w.cfg.Tracer != nil {
+		// Started once the job is read, with all its attributes at once;
+		// its start is the delivery's.
+		span = w.startJobSpan(t, msg, attempt, md, start, job, err)
+	}
 	if err != nil {
 		code = contracts.AsError(err).Code
 		out = w.reject(t, msg, attempt, err)
 		return
-	}
-	if span != nil {
-		span.SetAttrs(jobAttrs(job)...)
 	}
 	log := w.log.With(slog.String("job", job.ID), slog.String("tool", t.name), slog.Int("attempt", attempt))
 	if job.Tenant != "" {

@@ -139,27 +139,22 @@ func WithTraceParent(ctx context.Context, tp string) context.Context {
 	return withTraceParent(ctx, tp)
 }
 
-// startJobSpan starts the span of one delivery, nil without a Tracer.
-func (w *Worker) startJobSpan(t *tool, msg jetstream.Msg, attempt int, queueWait time.Duration) Span {
-	if w.cfg.Tracer == nil {
-		return nil
+// startJobSpan starts the span of one delivery, taken at start; job is
+// the decoded job unless decoding or checking it failed (err).
+func (w *Worker) startJobSpan(t *tool, msg jetstream.Msg, attempt int, md *jetstream.MsgMetadata, start time.Time, job *contracts.Job, err error) Span {
+	attrs := make([]slog.Attr, 0, 8)
+	attrs = append(attrs, slog.String(AttrTool, t.name), slog.Int(AttrAttempt, attempt),
+		slog.Float64(AttrQueueWait, float64(max(start.Sub(md.Timestamp), 0).Microseconds())/1000))
+	if err == nil {
+		attrs = append(attrs, slog.String(AttrJobID, job.ID), slog.String(AttrSession, job.Session))
+		if job.Tenant != "" {
+			attrs = append(attrs, slog.String(AttrTenant, job.Tenant))
+		}
+		if job.Parent != nil && job.Parent.RunID != "" {
+			attrs = append(attrs, slog.String(AttrParentRun, job.Parent.RunID))
+		}
+	} else if tenant, ok := w.cfg.Subjects.TenantOf(msg.Subject()); ok && tenant != "" {
+		attrs = append(attrs, slog.String(AttrTenant, tenant))
 	}
-	attrs := []slog.Attr{
-		slog.String(AttrTool, t.name), slog.Int(AttrAttempt, attempt),
-		slog.Float64(AttrQueueWait, float64(queueWait.Microseconds())/1000),
-	}
-	return w.cfg.Tracer.Start(SpanStart{Name: "toolq.job " + t.name, Parent: traceOf(msg), Consumer: true, Attrs: attrs})
-}
-
-// jobAttrs are the attributes of a job's span once its message decoded:
-// ids, never its input.
-func jobAttrs(job *contracts.Job) []slog.Attr {
-	attrs := []slog.Attr{slog.String(AttrJobID, job.ID), slog.String(AttrSession, job.Session)}
-	if job.Tenant != "" {
-		attrs = append(attrs, slog.String(AttrTenant, job.Tenant))
-	}
-	if job.Parent != nil && job.Parent.RunID != "" {
-		attrs = append(attrs, slog.String(AttrParentRun, job.Parent.RunID))
-	}
-	return attrs
+	return w.cfg.Tracer.Start(SpanStart{Name: t.spanName, Parent: traceOf(msg), Start: start, Consumer: true, Attrs: attrs})
 }

@@ -84,6 +84,9 @@ type tool struct {
 	cons    jetstream.Consumer
 	tenant  string       // a twin's named tenant, whose jobs stream it consumes; "" for the tool itself
 	obs     ToolObserver // nil without Config.Observer
+	// spanName is the name of its jobs' spans ("toolq.job <tool>"), made
+	// once.
+	spanName string
 
 	ccMu   sync.Mutex
 	cc     *puller // nil while paused
