@@ -17,6 +17,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -282,7 +283,7 @@ func (t *Tracer) Start(s worker.SpanStart) worker.Span {
 	}
 	opts := make([]trace.SpanStartOption, 0, 4)
 	if s.Consumer {
-		opts = append(opts, trace.WithSpanKind(trace.SpanKindConsumer))
+		opts = append(opts, consumerKind)
 	}
 	if !s.Start.IsZero() {
 		opts = append(opts, trace.WithTimestamp(s.Start))
@@ -292,35 +293,56 @@ func (t *Tracer) Start(s worker.SpanStart) worker.Span {
 			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
 		}
 	}
+	var kv *[]attribute.KeyValue
 	if len(s.Attrs) > 0 {
-		opts = append(opts, trace.WithAttributes(attrs(s.Attrs)...))
+		// The SDK copies the attributes into the span: the slice goes back
+		// to the pool after Start.
+		kv = attrPool.Get().(*[]attribute.KeyValue)
+		*kv = appendAttrs((*kv)[:0], s.Attrs)
+		opts = append(opts, trace.WithAttributes(*kv...))
 	}
 	_, sp := t.tracer.Start(ctx, s.Name, opts...)
+	if kv != nil {
+		clear(*kv)
+		attrPool.Put(kv)
+	}
 	return &span{sp: sp}
 }
 
+var (
+	consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
+	attrPool     = sync.Pool{New: func() any { kv := make([]attribute.KeyValue, 0, 12); return &kv }}
+)
+
 type span struct {
 	sp trace.Span
-	tp string
 }
 
 // TraceParent implements worker.Span: the span's context in W3C form, also
 // for a span not sampled (its flags say so, and what follows it is not
-// sampled either).
+// sampled either). The span context is immutable, so it is safe to call
+// from any goroutine.
 func (s *span) TraceParent() string {
-	if s.tp != "" {
-		return s.tp
-	}
 	sc := s.sp.SpanContext()
 	if !sc.IsValid() {
 		return ""
 	}
-	flags := "00"
-	if sc.IsSampled() {
-		flags = "01"
+	const hexdigits = "0123456789abcdef"
+	var b [55]byte
+	b[0], b[1], b[2] = '0', '0', '-'
+	tid, sid := sc.TraceID(), sc.SpanID()
+	for i, c := range tid {
+		b[3+2*i], b[4+2*i] = hexdigits[c>>4], hexdigits[c&0xf]
 	}
-	s.tp = "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + flags
-	return s.tp
+	b[35] = '-'
+	for i, c := range sid {
+		b[36+2*i], b[37+2*i] = hexdigits[c>>4], hexdigits[c&0xf]
+	}
+	b[52], b[53], b[54] = '-', '0', '0'
+	if sc.IsSampled() {
+		b[54] = '1'
+	}
+	return string(b[:])
 }
 
 func (s *span) SetAttrs(a ...slog.Attr) {
@@ -343,7 +365,10 @@ func (s *span) End(outcome string, code contracts.ErrorCode) {
 }
 
 func attrs(in []slog.Attr) []attribute.KeyValue {
-	out := make([]attribute.KeyValue, 0, len(in))
+	return appendAttrs(make([]attribute.KeyValue, 0, len(in)), in)
+}
+
+func appendAttrs(out []attribute.KeyValue, in []slog.Attr) []attribute.KeyValue {
 	for _, a := range in {
 		v := a.Value.Resolve()
 		switch v.Kind() {

@@ -398,14 +398,21 @@ func TestOTLPHTTPExport(t *testing.T) {
 	require.NoError(t, err)
 	_, err = n.prod.Await(ctx, job.Session, job.ID, nil)
 	require.NoError(t, err)
-	require.NoError(t, tr.Shutdown(ctx)) // exports what is left
+	// The span ends just after the job's event: flush until it is there.
 	var got *otlptest.Span
-	for _, s := range recv.Spans() {
-		if otlptest.Attr(s.Span, worker.AttrJobID) == job.ID {
-			got = &s
+	for got == nil {
+		require.NoError(t, tr.ForceFlush(ctx))
+		for _, s := range recv.Spans() {
+			if otlptest.Attr(s.Span, worker.AttrJobID) == job.ID {
+				got = &s
+			}
+		}
+		require.NoError(t, ctx.Err(), "the job's span did not reach the receiver")
+		if got == nil {
+			time.Sleep(10 * time.Millisecond) // polling the worker's span's end
 		}
 	}
-	require.NotNil(t, got, "the job's span reached the receiver")
+	require.NoError(t, tr.Shutdown(ctx))
 	require.Equal(t, "toolq", got.Service)
 	require.Equal(t, "toolq.job noop", got.Span.GetName())
 	require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", hex.EncodeToString(got.Span.GetTraceId()))

@@ -133,7 +133,7 @@ func (w *Worker) process(t *tool, msg jetstream.Msg) {
 	switch tp := msg.Headers().Get(bus.HeaderTraceParent); {
 	case span != nil:
 		// What the handler submits is a child of this delivery's span.
-		ctx = WithTraceParent(ctx, span.TraceParent())
+		ctx = context.WithValue(ctx, traceKey{}, span)
 	case tp != "":
 		ctx = withTraceParent(ctx, tp)
 	}

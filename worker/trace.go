@@ -19,8 +19,14 @@ func withTraceParent(ctx context.Context, tp string) context.Context {
 }
 
 func traceParent(ctx context.Context) string {
-	tp, _ := ctx.Value(traceKey{}).(string)
-	return tp
+	switch v := ctx.Value(traceKey{}).(type) {
+	case string:
+		return v
+	case Span:
+		// The delivery's span: its traceparent is made only when asked for.
+		return v.TraceParent()
+	}
+	return ""
 }
 
 type headersKey struct{}
@@ -63,10 +69,13 @@ type Tracer interface {
 	Start(s SpanStart) Span
 }
 
-// Span is a started span. Its methods are called from one goroutine.
+// Span is a started span. Its methods but TraceParent are called from one
+// goroutine.
 type Span interface {
 	// TraceParent is the W3C traceparent naming this span, for the jobs
-	// started under it; "" when the span is not recorded anywhere.
+	// started under it; "" when the span is not recorded anywhere. It may
+	// be called from several goroutines at once (the job's handler's), and
+	// after End.
 	TraceParent() string
 	// SetAttrs adds attributes (strings, integers, booleans, durations).
 	SetAttrs(attrs ...slog.Attr)

@@ -207,11 +207,16 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 		return nil, err
 	}
 	cfg.phase("throughput: %d jobs from %d submitters", cfg.Jobs, cfg.Submitters)
+	cpu0 := processCPU()
 	tf, err := throughput(ctx, p, cfg, payload)
 	if err != nil {
 		return nil, err
 	}
 	figs = append(figs, tf...)
+	// The CPU the whole process (server, worker, requester) spent a job:
+	// the cost of a feature on a machine whose other load moves the
+	// throughput more than the feature does.
+	figs = append(figs, Figure{"cpu_per_job", float64((processCPU() - cpu0).Nanoseconds()) / 1000 / float64(cfg.Jobs), "us"})
 	if exports != nil {
 		// The spans did leave: the receiver answered this many exports.
 		figs = append(figs, Figure{"trace_exports", float64(exports()), "count"})

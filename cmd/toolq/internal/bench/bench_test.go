@@ -30,7 +30,7 @@ func runSmall(t *testing.T, tenants bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"e2e_throughput": false, "submit_rate": false, "e2e_latency_p50": false, "e2e_latency_p99": false, "slow_consumers": false, "redelivered": false, "batch_submit_rate": false}
+	want := map[string]bool{"e2e_throughput": false, "submit_rate": false, "e2e_latency_p50": false, "e2e_latency_p99": false, "slow_consumers": false, "redelivered": false, "batch_submit_rate": false, "cpu_per_job": false}
 	for _, f := range figs {
 		t.Log(f)
 		if _, ok := want[f.Name]; !ok {

@@ -104,7 +104,7 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 				off.ThroughputOnly = true
 				on := off
 				on.Metrics, on.Tracing = true, true
-				offs, ons, ratios, err := alternate(cmd, g, off, on, "observability", observeRounds, vals["e2e_throughput"])
+				offs, ons, ratios, cpus, err := alternateCPU(cmd, g, off, on, observeRounds, vals["e2e_throughput"], vals["cpu_per_job"])
 				if err != nil {
 					return err
 				}
@@ -112,6 +112,11 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 					emit(bench.Figure{Name: fmt.Sprintf("observability_off_throughput_round_%d", i+1), Value: offs[i], Unit: "jobs/s"})
 					emit(bench.Figure{Name: fmt.Sprintf("observability_on_throughput_round_%d", i+1), Value: ons[i], Unit: "jobs/s"})
 				}
+				// CPU a job, off and on: less moved by the machine's other
+				// load than throughput, so it resolves a smaller cost.
+				emit(bench.Figure{Name: "observability_cpu_per_job_off_median", Value: median(cpus[0]), Unit: "us"})
+				emit(bench.Figure{Name: "observability_cpu_per_job_on_median", Value: median(cpus[1]), Unit: "us"})
+				emit(bench.Figure{Name: "observability_cpu_overhead_pct", Value: median(cpus[2]), Unit: "%"})
 				emit(bench.Figure{Name: "observability_off_throughput_median", Value: median(offs), Unit: "jobs/s"})
 				emit(bench.Figure{Name: "observability_on_throughput_median", Value: median(ons), Unit: "jobs/s"})
 				emit(bench.Figure{Name: "observability_throughput_vs_off", Value: median(ratios), Unit: "ratio"})
@@ -231,6 +236,50 @@ func readAnchors(path string) (map[string]float64, error) {
 		out[strings.TrimPrefix(fs[0], "anchor.")] = v
 	}
 	return out, sc.Err()
+}
+
+// alternateCPU is alternate that also keeps each round's CPU a job, off
+// (cpus[0]) and on (cpus[1]), and their per-round overhead in percent
+// (cpus[2]).
+func alternateCPU(cmd *cobra.Command, g *globals, cfg, on bench.Config, rounds int, off0, cpu0 float64) (offs, ons, ratios []float64, cpus [3][]float64, err error) {
+	offCPU := cpu0
+	for i := range rounds {
+		off := off0
+		if i > 0 {
+			g.tell("bench: observability off, round %d of %d", i+1, rounds)
+			ofigs, err := bench.Run(cmd.Context(), cfg)
+			if err != nil {
+				return nil, nil, nil, cpus, err
+			}
+			off, offCPU = throughputOf(ofigs), figureOf(ofigs, "cpu_per_job")
+		}
+		g.tell("bench: observability on, round %d of %d", i+1, rounds)
+		mfigs, err := bench.Run(cmd.Context(), on)
+		if err != nil {
+			return nil, nil, nil, cpus, err
+		}
+		onCPU := figureOf(mfigs, "cpu_per_job")
+		offs, ons = append(offs, off), append(ons, throughputOf(mfigs))
+		cpus[0], cpus[1] = append(cpus[0], offCPU), append(cpus[1], onCPU)
+		if offCPU > 0 {
+			cpus[2] = append(cpus[2], (onCPU/offCPU-1)*100)
+		}
+		if off > 0 {
+			ratios = append(ratios, ons[i]/off)
+			g.tell("bench: round %d: off %.0f jobs/s (%.1f us CPU a job), on %.0f jobs/s (%.1f us), ratio %.3f",
+				i+1, off, offCPU, ons[i], onCPU, ons[i]/off)
+		}
+	}
+	return offs, ons, ratios, cpus, nil
+}
+
+func figureOf(figs []bench.Figure, name string) float64 {
+	for _, f := range figs {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return 0
 }
 
 // alternate runs on and cfg (off) in turns, rounds times, and returns the

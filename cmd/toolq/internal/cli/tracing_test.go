@@ -76,6 +76,8 @@ func TestBenchObserve(t *testing.T) {
 	require.Positive(t, vals["bench.observability_off_throughput_median"])
 	require.Positive(t, vals["bench.observability_on_throughput_median"])
 	require.Positive(t, vals["bench.observability_throughput_vs_off"])
+	require.Positive(t, vals["bench.observability_cpu_per_job_off_median"])
+	require.Positive(t, vals["bench.observability_cpu_per_job_on_median"])
 	_, ok := vals["bench.observability_overhead_pct"]
 	require.True(t, ok, out)
 	require.Contains(t, errOut, "bench: observability on, round 3 of 3")
