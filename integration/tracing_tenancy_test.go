@@ -21,7 +21,7 @@ import (
 func spanAttr(s sdktrace.ReadOnlySpan, key string) string {
 	for _, a := range s.Attributes() {
 		if a.Key == attribute.Key(key) {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""
