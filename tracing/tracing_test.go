@@ -481,3 +481,22 @@ func TestProducerSendsTheTraceParentOfCtx(t *testing.T) {
 		require.Equal(t, "00f067aa0ba902b7", s.Parent().SpanID().String(), id)
 	}
 }
+
+// --otlp-protocol grpc: the same spans over OTLP/gRPC.
+func TestOTLPGRPCExport(t *testing.T) {
+	t.Parallel()
+	recv, err := otlptest.NewGRPC()
+	require.NoError(t, err)
+	t.Cleanup(recv.Close)
+	tr, err := tracing.New(context.Background(), &tracing.Config{Endpoint: recv.URL(), Protocol: tracing.ProtocolGRPC, SampleRatio: 1})
+	require.NoError(t, err)
+	s := tr.Start(worker.SpanStart{Name: "toolq.job noop", Parent: requesterTP, Consumer: true, Attrs: []slog.Attr{slog.String(worker.AttrJobID, "j1")}})
+	s.End("completed", "")
+	ctx := testutil.Context(t, 20*time.Second)
+	require.NoError(t, tr.Shutdown(ctx)) // exports what is left
+	spans := recv.Spans()
+	require.Len(t, spans, 1)
+	require.Equal(t, "toolq.job noop", spans[0].Span.GetName())
+	require.Equal(t, "j1", otlptest.Attr(spans[0].Span, worker.AttrJobID))
+	require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", hex.EncodeToString(spans[0].Span.GetTraceId()))
+}

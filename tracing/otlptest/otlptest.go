@@ -7,13 +7,16 @@ package otlptest
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -23,9 +26,11 @@ type Span struct {
 	Span    *tracepb.Span
 }
 
-// Receiver is a running OTLP/HTTP receiver.
+// Receiver is a running OTLP/HTTP (or OTLP/gRPC) receiver.
 type Receiver struct {
 	srv     *httptest.Server
+	grpc    *grpc.Server
+	addr    string // the gRPC listener's
 	keep    bool
 	discard bool
 
@@ -53,11 +58,46 @@ func NewDiscard() *Receiver {
 	return r
 }
 
-// URL is the receiver's base URL (the exporter appends /v1/traces).
-func (r *Receiver) URL() string { return r.srv.URL }
+// NewGRPC starts an OTLP/gRPC receiver on 127.0.0.1 (no TLS) that keeps
+// the spans.
+func NewGRPC() (*Receiver, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	r := &Receiver{keep: true, grpc: grpc.NewServer(), addr: lis.Addr().String()}
+	collectortrace.RegisterTraceServiceServer(r.grpc, traceService{r: r})
+	go func() { _ = r.grpc.Serve(lis) }()
+	return r, nil
+}
+
+type traceService struct {
+	collectortrace.UnimplementedTraceServiceServer
+	r *Receiver
+}
+
+func (s traceService) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+	s.r.add(req)
+	return &collectortrace.ExportTraceServiceResponse{}, nil
+}
+
+// URL is the receiver's base URL (the OTLP/HTTP exporter appends
+// /v1/traces; for gRPC, http:// says no TLS).
+func (r *Receiver) URL() string {
+	if r.grpc != nil {
+		return "http://" + r.addr
+	}
+	return r.srv.URL
+}
 
 // Close stops the receiver.
-func (r *Receiver) Close() { r.srv.Close() }
+func (r *Receiver) Close() {
+	if r.grpc != nil {
+		r.grpc.Stop()
+		return
+	}
+	r.srv.Close()
+}
 
 func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 	if req.Method != http.MethodPost || req.URL.Path != "/v1/traces" || req.Header.Get("Content-Type") != "application/x-protobuf" {
@@ -95,6 +135,14 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	r.add(&msg)
+	out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = io.Copy(w, bytes.NewReader(out))
+}
+
+// add keeps (or counts) the spans of one export request.
+func (r *Receiver) add(msg *collectortrace.ExportTraceServiceRequest) {
 	r.mu.Lock()
 	r.requests++
 	for _, rs := range msg.GetResourceSpans() {
@@ -114,9 +162,6 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	r.mu.Unlock()
-	out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	_, _ = io.Copy(w, bytes.NewReader(out))
 }
 
 func (r *Receiver) fail() {
