@@ -60,6 +60,9 @@ type Config struct {
 	// receiver on the loopback interface that reads and discards each
 	// export, as a collector elsewhere would cost this machine nothing.
 	Tracing bool
+	// TraceSampleRatio is the tracer's sample ratio with Tracing; 0 means
+	// 1 (every trace).
+	TraceSampleRatio float64
 	// ThroughputOnly leaves out the latency and batch-submit phases: the
 	// rounds of an on/off comparison measure throughput alone.
 	ThroughputOnly bool
@@ -165,7 +168,11 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 	if cfg.Tracing {
 		recv := otlptest.NewDiscard()
 		defer recv.Close()
-		tr, err := tracing.New(ctx, &tracing.Config{Endpoint: recv.URL(), Protocol: tracing.ProtocolHTTP, SampleRatio: 1})
+		ratio := cfg.TraceSampleRatio
+		if ratio == 0 {
+			ratio = 1
+		}
+		tr, err := tracing.New(ctx, &tracing.Config{Endpoint: recv.URL(), Protocol: tracing.ProtocolHTTP, SampleRatio: ratio})
 		if err != nil {
 			return nil, err
 		}

@@ -22,6 +22,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 		rounds        int
 		observe       bool
 		observeRounds int
+		observeRatio  float64
 		workers       []int
 	)
 	cmd := &cobra.Command{
@@ -38,6 +39,9 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if rounds < 1 || rounds > 20 {
 				return contracts.Errorf(contracts.CodeInvalidInput, "--metrics-rounds %d out of range [1, 20]", rounds)
+			}
+			if observeRatio <= 0 || observeRatio > 1 {
+				return contracts.Errorf(contracts.CodeInvalidInput, "--observe-sample-ratio %v out of range (0, 1]", observeRatio)
 			}
 			if observeRounds < 3 || observeRounds > 20 {
 				return contracts.Errorf(contracts.CodeInvalidInput, "--observe-rounds %d out of range [3, 20]", observeRounds)
@@ -103,7 +107,7 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 				off := cfg
 				off.ThroughputOnly = true
 				on := off
-				on.Metrics, on.Tracing = true, true
+				on.Metrics, on.Tracing, on.TraceSampleRatio = true, true, observeRatio
 				offs, ons, ratios, cpus, err := alternateCPU(cmd, g, off, on, observeRounds, vals["e2e_throughput"], vals["cpu_per_job"])
 				if err != nil {
 					return err
@@ -161,6 +165,7 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 	f.IntVar(&rounds, "metrics-rounds", 3, "rounds of off and on with --metrics")
 	f.BoolVar(&observe, "observe", false, "run again with metrics and tracing on (every trace exported over OTLP/HTTP to a local receiver), in turns with both off, and print every round, both medians and bench.observability_overhead_pct")
 	f.IntVar(&observeRounds, "observe-rounds", 3, "rounds of off and on with --observe (at least 3)")
+	f.Float64Var(&observeRatio, "observe-sample-ratio", 1, "trace sample ratio of --observe's traced rounds (1: every trace)")
 	f.IntSliceVar(&workers, "workers", nil, "measure against the server of --nats with this many `toolq worker` processes instead, one round per count (e.g. 1,2,4); figures end in _workers_N")
 	return cmd
 }
