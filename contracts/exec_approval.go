@@ -211,6 +211,9 @@ type ExecApprovalRecord struct {
 	Decision  *ExecDecision `json:"decision,omitempty"`
 	DecideJob string        `json:"decideJob,omitempty"`
 	DecidedAt time.Time     `json:"decidedAt,omitzero"`
+	// TraceParent is the W3C traceparent of the exec job's span while it
+	// waited, so the wait and the decision join the job's trace.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // ExecDecideInput is the input of an exec.decide job.

@@ -132,6 +132,52 @@ func TestCoreNamesNoMetricsLibrary(t *testing.T) {
 	require.Contains(t, pkgImports(t, module+"/metrics"), "github.com/prometheus/client_golang/prometheus")
 }
 
+// TestCoreNamesNoTracingLibrary: the worker, the tool packs, the scheduler
+// and the producer expose tracing hooks (worker.Tracer, scheduler.Tracer)
+// and name no tracing library; package tracing implements them with
+// OpenTelemetry, and only it (with its otlptest receiver) and cmd import
+// OpenTelemetry directly.
+func TestCoreNamesNoTracingLibrary(t *testing.T) {
+	t.Parallel()
+	otel := func(pkg string) bool {
+		return strings.HasPrefix(pkg, "go.opentelemetry.io/")
+	}
+	core := pkgImports(t, module+"/worker", module+"/producer", module+"/scheduler", module+"/tools/...",
+		module+"/metrics", module+"/sandbox", module+"/shell", module+"/contracts")
+	require.Contains(t, core, module+"/worker")
+	var offending []string
+	for pkg := range core {
+		if otel(pkg) {
+			offending = append(offending, pkg+" (imported by "+strings.Join(importers(core, pkg), ", ")+")")
+		}
+	}
+	slices.Sort(offending)
+	require.Empty(t, offending, "only package tracing and cmd may import OpenTelemetry")
+
+	all := pkgImports(t, module+"/...")
+	offending = nil
+	for pkg, imps := range all {
+		rest, ok := strings.CutPrefix(pkg, module+"/")
+		if !ok || rest == "tracing" || strings.HasPrefix(rest, "tracing/") || strings.HasPrefix(rest, "cmd/") {
+			continue
+		}
+		for _, imp := range imps {
+			if otel(imp) {
+				offending = append(offending, pkg+" imports "+imp)
+			}
+		}
+	}
+	slices.Sort(offending)
+	require.Empty(t, offending, "only package tracing and cmd may import OpenTelemetry")
+	// tracing itself builds on the hooks, never on an engine or a tool pack.
+	for _, imp := range all[module+"/tracing"] {
+		if rest, ok := strings.CutPrefix(imp, module+"/"); ok {
+			require.Contains(t, []string{"contracts", "worker", "scheduler"}, rest, "tracing imports %s", imp)
+		}
+	}
+	require.Contains(t, all[module+"/tracing"], "go.opentelemetry.io/otel/sdk/trace")
+}
+
 // TestExamplesAreRequesters: the programs under examples/ use what a user
 // of toolq would: contracts, producer and scheduler (the asynq ingress's
 // payload), never internal/ nor an engine or a tool pack; only their tests

@@ -85,7 +85,8 @@ func (b *tenancy) release(id string) chan struct{} {
 	return ch
 }
 
-func setupTenancy(t *testing.T) *tenancy {
+// setupTenancy starts it; a tracer, when given, is the worker's.
+func setupTenancy(t *testing.T, tracer ...worker.Tracer) *tenancy {
 	t.Helper()
 	conf, err := os.ReadFile(filepath.Join("..", "deploy", "nats", "tenants.conf"))
 	require.NoError(t, err)
@@ -136,7 +137,11 @@ func setupTenancy(t *testing.T) *tenancy {
 			contracts.TenantRecord{Name: name, Approvers: []string{key}}))
 	}
 	quietLog := slog.New(slog.DiscardHandler)
-	w, err := worker.New(b.wnc, &worker.Config{Name: "w1", Builtins: true, Tenants: true, TenantQueueLimit: tenantQueueLimit, Logger: quietLog, StopTimeout: 5 * time.Second})
+	wcfg := &worker.Config{Name: "w1", Builtins: true, Tenants: true, TenantQueueLimit: tenantQueueLimit, Logger: quietLog, StopTimeout: 5 * time.Second}
+	if len(tracer) > 0 {
+		wcfg.Tracer = tracer[0]
+	}
+	w, err := worker.New(b.wnc, wcfg)
 	require.NoError(t, err)
 	// hold runs until its job is cancelled or released; code-mode runs
 	// can call it (toolq:core:hold).

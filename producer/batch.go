@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
 )
 
 // BatchOpts are the optional knobs of SubmitBatch.
@@ -100,6 +101,7 @@ func (p *Producer) SubmitBatch(ctx context.Context, jobs []*contracts.Job, opts 
 		return nil
 	}
 	served := map[string]error{}
+	tp := TraceParentFrom(ctx)
 	for i, job := range jobs {
 		if job.Session == "" {
 			job.Session = p.cfg.Session
@@ -109,6 +111,9 @@ func (p *Producer) SubmitBatch(ctx context.Context, jobs []*contracts.Job, opts 
 		}
 		s := sent{i: i, job: job}
 		msg, err := p.batchMsg(job)
+		if err == nil && tp != "" {
+			msg.Header = nats.Header{bus.HeaderTraceParent: []string{tp}}
+		}
 		if err == nil {
 			key := p.cfg.Subjects.JobAt(job.Tool, job.Priority)
 			if _, seen := served[key]; !seen {

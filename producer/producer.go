@@ -234,9 +234,28 @@ func (p *Producer) Submit(ctx context.Context, tool string, input json.RawMessag
 	return job, nil
 }
 
+type traceKey struct{}
+
+// WithTraceParent returns ctx carrying a W3C traceparent that every job
+// submitted with it carries (unless SubmitOpts.TraceParent or SubmitJob's
+// argument names another), so a requester that traces its own work puts
+// its jobs in its trace: with OpenTelemetry, inject the span of ctx with
+// propagation.TraceContext into a map and pass its "traceparent".
+func WithTraceParent(ctx context.Context, traceparent string) context.Context {
+	return context.WithValue(ctx, traceKey{}, traceparent)
+}
+
+// TraceParentFrom returns the traceparent of WithTraceParent, "" when ctx
+// has none.
+func TraceParentFrom(ctx context.Context) string {
+	tp, _ := ctx.Value(traceKey{}).(string)
+	return tp
+}
+
 // SubmitJob enqueues a fully built job, after validating it, on the subject
-// of its tool and Priority. It returns an
-// error matching ErrDuplicate when the bus already holds the job's id.
+// of its tool and Priority, with traceparent in its headers (the one of ctx, WithTraceParent, when
+// empty). It returns an error matching ErrDuplicate when the bus already
+// holds the job's id.
 func (p *Producer) SubmitJob(ctx context.Context, job *contracts.Job, traceparent string) error {
 	if err := job.Validate(); err != nil {
 		return err
@@ -249,6 +268,9 @@ func (p *Producer) SubmitJob(ctx context.Context, job *contracts.Job, traceparen
 		return contracts.Errorf(contracts.CodeInvalidInput, "job cannot be encoded: %v", err)
 	}
 	msg := &nats.Msg{Subject: p.cfg.Subjects.JobAt(job.Tool, job.Priority), Data: data, Header: nats.Header{}}
+	if traceparent == "" {
+		traceparent = TraceParentFrom(ctx)
+	}
 	if traceparent != "" {
 		msg.Header.Set(bus.HeaderTraceParent, traceparent)
 	}

@@ -67,6 +67,9 @@ type AsynqConfig struct {
 	// Observer is told of firings, for metrics (package metrics has the
 	// Prometheus one); nil for none.
 	Observer Observer
+	// Tracer starts a span for each firing (package tracing has the
+	// OpenTelemetry one); nil for none.
+	Tracer Tracer
 }
 
 // Asynq is the asynq engine: schedules live in the NATS KV bucket; periodic
@@ -132,7 +135,7 @@ func NewAsynq(nc *nats.Conn, cfg *AsynqConfig) (*Asynq, error) {
 	if c.Concurrency < 1 || c.PollInterval < 0 || c.RedisCheckInterval < 0 || c.StopTimeout < 0 {
 		return nil, errors.New("scheduler: asynq config out of range")
 	}
-	cl, err := NewClient(nc, &ClientConfig{Subjects: c.Subjects, Replicas: c.Replicas, Timeout: c.Timeout, Logger: c.Logger, Observer: c.Observer})
+	cl, err := NewClient(nc, &ClientConfig{Subjects: c.Subjects, Replicas: c.Replicas, Timeout: c.Timeout, Logger: c.Logger, Observer: c.Observer, Tracer: c.Tracer})
 	if err != nil {
 		return nil, err
 	}

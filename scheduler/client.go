@@ -73,6 +73,19 @@ type ClientConfig struct {
 	// Observer is told of firings, for metrics (package metrics has the
 	// Prometheus one); nil for none.
 	Observer Observer
+	// Tracer starts a span for each firing (package tracing has the
+	// OpenTelemetry one); nil for none.
+	Tracer Tracer
+}
+
+// Tracer starts the span of a firing. The job it enqueues carries the
+// span's traceparent, so a fired job's trace begins at its firing. The
+// scheduler names no tracing library: package tracing implements Tracer.
+type Tracer interface {
+	// Firing starts the span of schedule id firing a job of tool, due at
+	// due; end ends it with the error code of a failed enqueue ("" when
+	// it was enqueued).
+	Firing(id, tool string, due time.Time) (traceparent string, end func(code contracts.ErrorCode))
 }
 
 // Observer receives a scheduler's figures. Its methods must be safe to
@@ -368,13 +381,20 @@ func (c *Client) fire(ctx context.Context, s *Schedule, t time.Time) (bool, erro
 		return false, nil
 	}
 	job := s.Job.build(s.ID, t)
+	var tp string
+	end := func(contracts.ErrorCode) {}
+	if c.cfg.Tracer != nil {
+		tp, end = c.cfg.Tracer.Firing(s.ID, job.Tool, t)
+	}
 	// A duplicate is this firing enqueued by another scheduler instance.
-	if err := c.prod.SubmitJob(ctx, job, ""); err != nil && !errors.Is(err, producer.ErrDuplicate) {
+	if err := c.prod.SubmitJob(ctx, job, tp); err != nil && !errors.Is(err, producer.ErrDuplicate) {
+		end(contracts.AsError(err).Code)
 		if c.cfg.Observer != nil {
 			c.cfg.Observer.FireFailed()
 		}
 		return false, err
 	}
+	end("")
 	if err := c.markFired(ctx, s.ID, t); err != nil {
 		return true, err
 	}

@@ -40,6 +40,9 @@ type NATSConfig struct {
 	// Observer is told of firings, for metrics (package metrics has the
 	// Prometheus one); nil for none.
 	Observer Observer
+	// Tracer starts a span for each firing (package tracing has the
+	// OpenTelemetry one); nil for none.
+	Tracer Tracer
 }
 
 // NATS is the NATS-native engine. Each schedule is one message on
@@ -69,7 +72,7 @@ func NewNATS(nc *nats.Conn, cfg *NATSConfig) (*NATS, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	cl, err := NewClient(nc, &ClientConfig{Subjects: c.Subjects, Replicas: c.Replicas, Timeout: c.Timeout, Logger: c.Logger, Observer: c.Observer})
+	cl, err := NewClient(nc, &ClientConfig{Subjects: c.Subjects, Replicas: c.Replicas, Timeout: c.Timeout, Logger: c.Logger, Observer: c.Observer, Tracer: c.Tracer})
 	if err != nil {
 		return nil, err
 	}

@@ -71,6 +71,9 @@ type Config struct {
 	// Observer receives the worker's figures for metrics (package metrics
 	// has the Prometheus one); nil for none.
 	Observer Observer
+	// Tracer starts the spans of distributed traces (package tracing has
+	// the OpenTelemetry one); nil for none, which costs nothing.
+	Tracer Tracer
 	// LagInterval is how often the worker reads its consumers' backlog for
 	// the Observer (one consumer listing per jobs stream served); 15 s by
 	// default.

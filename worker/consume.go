@@ -42,6 +42,7 @@ func (w *Worker) startTool(ctx context.Context, t *tool) error {
 	if w.cfg.Observer != nil && t.obs == nil {
 		t.obs = w.cfg.Observer.Tool(t.name, t.tenant)
 	}
+	t.spanName = "toolq.job " + t.name
 	if t.cfg.Ready != nil {
 		w.loops.Add(1)
 		go w.gate(t) //nolint:contextcheck // the consume loop is owned by Start/Stop and uses the worker's run context

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
 )
 
 // deadLetter stores the job in the DLQ, then publishes its failed event, then
@@ -220,7 +221,7 @@ func (w *Worker) reapExhausted(adv maxDeliveriesAdvisory) {
 			}
 		}
 		if ev != nil && ev.Data.Status.Terminal() {
-			if err := w.notifyParent(ctx, job, ev); err != nil {
+			if err := w.notifyParent(ctx, job, ev, raw.Header.Get(bus.HeaderTraceParent)); err != nil {
 				w.log.Warn("max deliveries: parent run not told", slog.Any("err", err))
 				return
 			}

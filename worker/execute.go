@@ -34,7 +34,14 @@ func (w *Worker) process(t *tool, prio contracts.Priority, msg jetstream.Msg, h 
 	start := time.Now()
 	t.observeStart(md, start)
 	out := OutcomeAnswered
-	defer func() { t.observeEnd(out, start) }()
+	var code contracts.ErrorCode // the job's error code, for its span
+	var span Span                // nil without a Tracer
+	defer func() {
+		t.observeEnd(out, start)
+		if span != nil {
+			span.End(out.String(), code)
+		}
+	}()
 	if msg.Headers().Get(headerScheduler) != "" {
 		out = w.refuseFired(t, msg, attempt)
 		return
@@ -56,7 +63,13 @@ func (w *Worker) process(t *tool, prio contracts.Priority, msg jetstream.Msg, h 
 	if err == nil {
 		err = checkMsgID(msg, job)
 	}
+	if w.cfg.Tracer != nil {
+		// Started once the job is read, with all its attributes at once;
+		// its start is the delivery's.
+		span = w.startJobSpan(t, msg, attempt, md, start, job, err)
+	}
 	if err != nil {
+		code = contracts.AsError(err).Code
 		out = w.reject(t, msg, attempt, err)
 		return
 	}
@@ -95,10 +108,12 @@ func (w *Worker) process(t *tool, prio contracts.Priority, msg jetstream.Msg, h 
 	// that names the job's session stops it.
 	key := contracts.CancelKey(job.Tenant, job.Session, job.ID)
 	if w.isCancelled(key) {
+		code = contracts.CodeCancelled
 		out = w.finish(log, msg, job, attempt, lastSeq, contracts.StatusCancelled, nil, contracts.Errorf(contracts.CodeCancelled, "job was cancelled before it started"))
 		return
 	}
 	if job.Tenant != "" && t.cfg.DefaultTenantOnly {
+		code = contracts.CodeInvalidInput
 		out = w.finish(log, msg, job, attempt, lastSeq, contracts.StatusFailed, nil, contracts.Errorf(contracts.CodeInvalidInput, "tool %s does not serve tenants", t.name))
 		return
 	}
@@ -107,13 +122,18 @@ func (w *Worker) process(t *tool, prio contracts.Priority, msg jetstream.Msg, h 
 		maxAttempts = job.MaxAttempts
 	}
 	if attempt > maxAttempts {
+		code = contracts.CodeInternalError
 		out = w.deadLetter(log, msg, t, job, attempt-1, lastSeq,
 			contracts.Errorf(contracts.CodeInternalError, "attempts exhausted: the worker running attempt %d stopped without an answer", attempt-1))
 		return
 	}
 
 	ctx, cancel := context.WithCancelCause(w.runCtx)
-	if tp := msg.Headers().Get(bus.HeaderTraceParent); tp != "" {
+	switch tp := msg.Headers().Get(bus.HeaderTraceParent); {
+	case span != nil:
+		// What the handler submits is a child of this delivery's span.
+		ctx = context.WithValue(ctx, traceKey{}, span)
+	case tp != "":
 		ctx = withTraceParent(ctx, tp)
 	}
 	ctx = context.WithValue(ctx, attemptKey{}, attempt)
@@ -169,6 +189,7 @@ func (w *Worker) process(t *tool, prio contracts.Priority, msg jetstream.Msg, h 
 		out = OutcomeRequeued
 		return
 	case errors.Is(cause, errJobCancelled):
+		code = contracts.CodeCancelled
 		out = w.finish(log, msg, job, attempt, lastSeq, contracts.StatusCancelled, nil, contracts.Errorf(contracts.CodeCancelled, "job was cancelled while running"))
 		return
 	}
@@ -185,6 +206,7 @@ func (w *Worker) process(t *tool, prio contracts.Priority, msg jetstream.Msg, h 
 			result = nil
 		}
 		log.Info("job denied", slog.String("reason", denied.Reason))
+		code = contracts.CodeDenied
 		out = w.finish(log, msg, job, attempt, lastSeq, contracts.StatusDenied, result, contracts.Errorf(contracts.CodeDenied, "%s", denied.Reason))
 		return
 	}
@@ -208,6 +230,7 @@ func (w *Worker) process(t *tool, prio contracts.Priority, msg jetstream.Msg, h 
 		herr = &contracts.Error{Code: contracts.CodeTimeout, Message: fmt.Sprintf("attempt exceeded its timeout of %s", job.Timeout(t.cfg.Timeout)), Retryable: true}
 	}
 	werr, retry, delay := classify(herr)
+	code = werr.Code
 	if delay == 0 {
 		delay = t.cfg.Retry.Delay(attempt)
 	}

@@ -67,7 +67,7 @@ func (w *Worker) finish(log *slog.Logger, msg jetstream.Msg, job *contracts.Job,
 		_ = msg.NakWithDelay(time.Second)
 		return OutcomeRequeued
 	}
-	if err := w.retry(msg, func(ctx context.Context) error { return w.notifyParent(ctx, job, ev) }); err != nil {
+	if err := w.retry(msg, func(ctx context.Context) error { return w.notifyParent(ctx, job, ev, traceOf(msg)) }); err != nil {
 		log.Warn("parent run not told; handing the job back", slog.Any("err", err))
 		_ = msg.NakWithDelay(time.Second)
 		return OutcomeRequeued
@@ -112,7 +112,7 @@ func (w *Worker) retry(msg jetstream.Msg, op func(ctx context.Context) error) er
 func (w *Worker) ackEnded(log *slog.Logger, msg jetstream.Msg, job *contracts.Job, ev *contracts.Event) Outcome {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := w.notifyParent(ctx, job, ev); err != nil {
+	if err := w.notifyParent(ctx, job, ev, traceOf(msg)); err != nil {
 		log.Warn("parent run not told; handing the job back", slog.Any("err", err))
 		_ = msg.NakWithDelay(time.Second)
 		return OutcomeRequeued
@@ -126,7 +126,7 @@ func (w *Worker) ackEnded(log *slog.Logger, msg jetstream.Msg, job *contracts.Jo
 // input that echoes the call's token, on the job's own tenant's subject
 // (so it lands in that tenant's jobs stream and can reach only that
 // tenant's runs), deduplicated by a deterministic id.
-func (w *Worker) notifyParent(ctx context.Context, job *contracts.Job, ev *contracts.Event) error {
+func (w *Worker) notifyParent(ctx context.Context, job *contracts.Job, ev *contracts.Event, traceparent string) error {
 	if job.Parent == nil || checkParent(job) != nil {
 		return nil
 	}
@@ -147,7 +147,13 @@ func (w *Worker) notifyParent(ctx context.Context, job *contracts.Job, ev *contr
 	if err != nil {
 		return err
 	}
-	_, err = w.js.Publish(ctx, w.cfg.Subjects.TenantJob(job.Tenant, nj.Tool), data, jetstream.WithMsgID(contracts.DedupID(&nj)))
+	msg := &nats.Msg{Subject: w.cfg.Subjects.TenantJob(job.Tenant, nj.Tool), Data: data}
+	if traceparent != "" {
+		// The report is in the trace of the call: a child of the span the
+		// call was submitted under.
+		msg.Header = nats.Header{bus.HeaderTraceParent: []string{traceparent}}
+	}
+	_, err = w.js.PublishMsg(ctx, msg, jetstream.WithMsgID(contracts.DedupID(&nj)))
 	return err
 }
 
@@ -219,7 +225,7 @@ func (w *Worker) Emit(ctx context.Context, ref *contracts.Job, status contracts.
 		if err != nil || !status.Terminal() {
 			return err
 		}
-		return w.notifyParent(ctx, &job, ev)
+		return w.notifyParent(ctx, &job, ev, traceParent(ctx))
 	}
 	return fmt.Errorf("worker: emit %s/%s: event subject kept moving", ref.ID, status)
 }

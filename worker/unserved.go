@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
 )
 
 // The queue-time limit. A job for a tool that no worker serves would wait
@@ -175,7 +176,7 @@ func (w *Worker) expire(ctx context.Context, stream jetstream.Stream, tenant, to
 			}
 			ended = fe
 		}
-		if err := w.notifyParent(ctx, job, ended); err != nil {
+		if err := w.notifyParent(ctx, job, ended, raw.Header.Get(bus.HeaderTraceParent)); err != nil {
 			w.log.Warn("queue sweep: parent run not told", slog.Any("err", err))
 			return
 		}

@@ -92,6 +92,9 @@ type tool struct {
 	tenant  string        // a twin's named tenant, whose jobs stream it consumes; "" for the tool itself
 	weight  atomic.Int32  // the tenant's weight (TenantRecord.Weight), updated in place
 	obs     ToolObserver  // nil without Config.Observer
+	// spanName is the name of its jobs' spans ("toolq.job <tool>"), made
+	// once.
+	spanName string
 
 	ccMu   sync.Mutex
 	cc     *puller // nil while paused

@@ -294,7 +294,7 @@ func (c *CodeMode) submitPending(ctx context.Context, rec *record, rev uint64) (
 			Parent: &contracts.Parent{RunID: rec.RunID, CallID: p.CallID, Tool: contracts.ToolCodeModeResult, Token: p.Token},
 		}
 		// A duplicate is this call submitted before a crash: it stands.
-		if err := c.submitJob(ctx, rec.Tenant, nj, rec.TraceParent); err != nil {
+		if err := c.submitJob(ctx, rec.Tenant, nj, callTrace(ctx, rec)); err != nil {
 			return rev, fmt.Errorf("codemode: submit nested call %s: %w", p.CallID, err)
 		}
 	}

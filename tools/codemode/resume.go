@@ -27,6 +27,61 @@ var errBusy = errors.New("codemode: run is being resumed elsewhere")
 // It returns the CodeModeResult. waitJob, when set, is the code_mode.wait
 // job this resume answers; its claim is released in the same write.
 func (c *CodeMode) resume(ctx context.Context, rec *record, rev uint64, waitJob string) (*sandbox.Result, error) {
+	if !c.w.Tracing() {
+		return c.resumeRun(ctx, rec, rev, waitJob)
+	}
+	// The resume is a span of the run's trace, a child of the exec job's
+	// span, linked to the job that triggered it (a nested call's report, a
+	// wait); the suspension it ends is one too. The nested calls it makes
+	// are children of the resume.
+	attrs := []slog.Attr{
+		slog.String(attrRunID, rec.RunID), slog.String(worker.AttrSession, rec.Session), slog.Int(attrStep, rec.Waits),
+	}
+	if rec.Tenant != "" {
+		attrs = append(attrs, slog.String(worker.AttrTenant, rec.Tenant))
+	}
+	var links []string
+	if tp := worker.TraceParent(ctx); tp != "" {
+		links = []string{tp}
+	}
+	if !rec.Lease.heldBy("", time.Now()) {
+		c.w.StartSpan(worker.SpanStart{Name: "code_mode.suspended", Parent: rec.TraceParent, Start: rec.SuspendedAt, Attrs: attrs}).End("resumed", "")
+	}
+	sp := c.w.StartSpan(worker.SpanStart{Name: "code_mode.resume", Parent: rec.TraceParent, Links: links, Attrs: attrs})
+	res, err := c.resumeRun(context.WithValue(ctx, callTraceKey{}, sp.TraceParent()), rec, rev, waitJob)
+	switch {
+	case errors.Is(err, errBusy):
+		sp.End("busy", "")
+	case err != nil:
+		sp.End("error", contracts.AsError(err).Code)
+	case res.Status == sandbox.StatusFailed:
+		sp.End(string(res.Status), res.Code)
+	default:
+		sp.End(string(res.Status), "")
+	}
+	return res, err
+}
+
+// Attribute keys of code mode's spans.
+const (
+	attrRunID = "toolq.code_mode.run_id"
+	attrStep  = "toolq.code_mode.step"
+)
+
+// callTraceKey carries the traceparent of the resume's span, under which
+// the resume submits its calls.
+type callTraceKey struct{}
+
+// callTrace is the traceparent the run's calls are submitted with: the
+// resume's span when tracing, else the exec job's.
+func callTrace(ctx context.Context, rec *record) string {
+	if tp, _ := ctx.Value(callTraceKey{}).(string); tp != "" {
+		return tp
+	}
+	return rec.TraceParent
+}
+
+func (c *CodeMode) resumeRun(ctx context.Context, rec *record, rev uint64, waitJob string) (*sandbox.Result, error) {
 	now := time.Now()
 	if rec.Lease.heldBy("", now) {
 		return nil, errBusy
@@ -184,7 +239,7 @@ func (c *CodeMode) triggerYield(ctx context.Context, rec *record) error {
 		ID: contracts.ToolResultJobID(nestedJobID(rec.RunID, callID)), Tool: contracts.ToolCodeModeResult,
 		Session: rec.Session, Input: input, CreatedAt: time.Now().UTC(),
 	}
-	if err := c.submitJob(ctx, rec.Tenant, job, rec.TraceParent); err != nil {
+	if err := c.submitJob(ctx, rec.Tenant, job, callTrace(ctx, rec)); err != nil {
 		return fmt.Errorf("codemode: resume trigger of %s: %w", rec.RunID, err)
 	}
 	return nil

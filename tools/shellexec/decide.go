@@ -102,6 +102,15 @@ func (s *ShellExec) handleDecide(ctx context.Context, job *contracts.Job) (json.
 			log.Info("redelivered decision resumed", slog.String("status", rec.Status))
 		}
 		res.Status, res.Applied = rec.Status, true
+		var sp worker.Span
+		if s.w.Tracing() {
+			if act.kind == decideNew {
+				s.traceWait(ctx, rec, rec.Status)
+			}
+			// Carrying the decision out (an approved command runs here) is
+			// a span of the exec job's trace, linked to the decide job's.
+			sp = s.w.StartSpan(worker.SpanStart{Name: "exec.apply", Parent: rec.TraceParent, Links: traceLinks(ctx), Attrs: approvalAttrs(rec)})
+		}
 		decided := func() {
 			if !job.Progress {
 				return
@@ -111,7 +120,15 @@ func (s *ShellExec) handleDecide(ctx context.Context, job *contracts.Job) (json.
 				log.Debug("decision progress not written", slog.Any("err", err))
 			}
 		}
-		if err := s.apply(ctx, rec, decided); err != nil {
+		err = s.apply(ctx, rec, decided)
+		if sp != nil {
+			var code contracts.ErrorCode
+			if err != nil {
+				code = contracts.AsError(err).Code
+			}
+			sp.End(rec.Status, code)
+		}
+		if err != nil {
 			return nil, err
 		}
 		return mustJSON(res), nil
@@ -227,18 +244,54 @@ func (s *ShellExec) apply(ctx context.Context, rec *Record, decided func()) erro
 // lastEvent returns the last event on subject (which may hold a wildcard);
 // nil when there is none.
 func (s *ShellExec) lastEvent(ctx context.Context, subject string) (*contracts.Event, error) {
+	ev, _, err := s.lastEventTrace(ctx, subject)
+	return ev, err
+}
+
+// lastEventTrace is lastEvent with the traceparent the event was written
+// under.
+func (s *ShellExec) lastEventTrace(ctx context.Context, subject string) (*contracts.Event, string, error) {
 	raw, err := s.events.GetLastMsgForSubject(ctx, subject)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil, nil
+			return nil, "", nil
 		}
-		return nil, fmt.Errorf("shellexec: last event on %s: %w", subject, err)
+		return nil, "", fmt.Errorf("shellexec: last event on %s: %w", subject, err)
 	}
 	ev, err := contracts.DecodeEvent(raw.Data)
 	if err != nil {
-		return nil, fmt.Errorf("shellexec: stored event on %s: %w", subject, err)
+		return nil, "", fmt.Errorf("shellexec: stored event on %s: %w", subject, err)
 	}
-	return ev, nil
+	return ev, raw.Header.Get(bus.HeaderTraceParent), nil
+}
+
+// traceWait records the approval's wait, from approval_pending to its
+// decision (approved, denied, cancelled, expired), as a span of the exec
+// job's trace.
+func (s *ShellExec) traceWait(ctx context.Context, rec *Record, decision string) {
+	s.w.StartSpan(worker.SpanStart{
+		Name: "exec.approval_wait", Parent: rec.TraceParent, Start: rec.Approval.CreatedAt,
+		Links: traceLinks(ctx), Attrs: approvalAttrs(rec),
+	}).End(decision, "")
+}
+
+// traceLinks links a span to the running job's, when there is one.
+func traceLinks(ctx context.Context) []string {
+	if tp := worker.TraceParent(ctx); tp != "" {
+		return []string{tp}
+	}
+	return nil
+}
+
+func approvalAttrs(rec *Record) []slog.Attr {
+	a := &rec.Approval
+	attrs := []slog.Attr{
+		slog.String("toolq.exec.approval_id", a.ID), slog.String(worker.AttrJobID, a.JobID), slog.String(worker.AttrSession, a.Session),
+	}
+	if a.Tenant != "" {
+		attrs = append(attrs, slog.String(worker.AttrTenant, a.Tenant))
+	}
+	return attrs
 }
 
 // approversFor returns the keys trusted to decide tenant's approvals: the

@@ -76,7 +76,7 @@ func (s *ShellExec) park(ctx context.Context, job *contracts.Job, in *shell.Inpu
 	}
 	// The tenant is the worker's reading of the subject, never the body's.
 	a.Tenant, a.Session, a.JobID = job.Tenant, job.Session, job.ID
-	rec := &Record{Approval: *a, Tool: job.Tool, Background: in.Background, Status: StatusPending}
+	rec := &Record{Approval: *a, Tool: job.Tool, Background: in.Background, Status: StatusPending, TraceParent: worker.TraceParent(ctx)}
 	_, err = s.store.save(ctx, rec, 0, s.cfg.ApprovalTTL)
 	if err == nil && s.cfg.Observer != nil {
 		s.cfg.Observer.ApprovalRequested(job.Tenant)

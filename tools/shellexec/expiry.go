@@ -42,7 +42,7 @@ func (s *ShellExec) expire(ctx context.Context, tenant, id string) error {
 	defer cancel()
 	// The approval id is the job id; the session is found from the job's
 	// events, among the tenant's own.
-	ev, err := s.lastEvent(ctx, s.cfg.Subjects.TenantEvent(tenant, "*", id))
+	ev, tp, err := s.lastEventTrace(ctx, s.cfg.Subjects.TenantEvent(tenant, "*", id))
 	if err != nil {
 		return err
 	}
@@ -60,6 +60,12 @@ func (s *ShellExec) expire(ctx context.Context, tenant, id string) error {
 	}
 	if err == nil && s.cfg.Observer != nil {
 		s.cfg.Observer.ApprovalDecided(tenant, "expired")
+	}
+	if err == nil && s.w.Tracing() {
+		// The record has expired: the wait is told from the event, a child
+		// of the span the exec job was submitted under.
+		rec := &Record{Approval: contracts.ExecApproval{ID: id, Tenant: tenant, Session: ref.Session, JobID: ref.ID, CreatedAt: pending.CreatedAt}, TraceParent: tp}
+		s.traceWait(ctx, rec, "expired")
 	}
 	s.log.Info("approval expired: exec denied", slog.String("approval", id), slog.String("tenant", tenant), slog.String("job", ref.ID))
 	return nil
@@ -86,6 +92,9 @@ func (s *ShellExec) cancelApproval(ctx context.Context, tenant, session, jobID s
 		rec.Status, rec.DecidedAt = StatusCancelled, time.Now().UTC()
 		_, err = s.store.save(ctx, rec, rev, s.cfg.DecidedTTL)
 		if !errors.Is(err, errStale) {
+			if err == nil && s.w.Tracing() {
+				s.traceWait(ctx, rec, StatusCancelled)
+			}
 			if err == nil {
 				s.log.Info("pending approval cancelled with its job", slog.String("approval", rec.Approval.ID), slog.String("tenant", tenant))
 				// A default-tenant requester's cancel wrote the job's

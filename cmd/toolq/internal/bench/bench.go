@@ -24,6 +24,8 @@ import (
 	"github.com/toolq/toolq/internal/embedded"
 	"github.com/toolq/toolq/metrics"
 	"github.com/toolq/toolq/producer"
+	"github.com/toolq/toolq/tracing"
+	"github.com/toolq/toolq/tracing/otlptest"
 	"github.com/toolq/toolq/worker"
 )
 
@@ -53,6 +55,17 @@ type Config struct {
 	// (worker.Config.Observer) and gathers the registry every second, as a
 	// scraper would, so the figures show what metrics cost.
 	Metrics bool
+	// Tracing runs the worker with OpenTelemetry tracing on (package
+	// tracing, every trace sampled), exporting over OTLP/HTTP to a
+	// receiver on the loopback interface that reads and discards each
+	// export, as a collector elsewhere would cost this machine nothing.
+	Tracing bool
+	// TraceSampleRatio is the tracer's sample ratio with Tracing; 0 means
+	// 1 (every trace).
+	TraceSampleRatio float64
+	// ThroughputOnly leaves out the latency and batch-submit phases: the
+	// rounds of an on/off comparison measure throughput alone.
+	ThroughputOnly bool
 	// Phase, when set, is told each phase as it begins (toolq bench prints
 	// them on stderr: a run takes a while).
 	Phase func(phase string)
@@ -151,6 +164,25 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 		stop := gatherEvery(reg, time.Second)
 		defer stop()
 	}
+	var exports func() int // export requests so far
+	if cfg.Tracing {
+		recv := otlptest.NewDiscard()
+		defer recv.Close()
+		ratio := cfg.TraceSampleRatio
+		if ratio == 0 {
+			ratio = 1
+		}
+		tr, err := tracing.New(ctx, &tracing.Config{Endpoint: recv.URL(), Protocol: tracing.ProtocolHTTP, SampleRatio: ratio})
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = tr.Shutdown(context.WithoutCancel(ctx)) }()
+		wcfg.Tracer = tr
+		exports = func() int {
+			_ = tr.ForceFlush(ctx)
+			return recv.Requests()
+		}
+	}
 	w, err := worker.New(wnc, wcfg)
 	if err != nil {
 		return nil, err
@@ -182,11 +214,20 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 		return nil, err
 	}
 	cfg.phase("throughput: %d jobs from %d submitters", cfg.Jobs, cfg.Submitters)
+	cpu0 := processCPU()
 	tf, err := throughput(ctx, p, cfg, payload)
 	if err != nil {
 		return nil, err
 	}
 	figs = append(figs, tf...)
+	// The CPU the whole process (server, worker, requester) spent a job:
+	// the cost of a feature on a machine whose other load moves the
+	// throughput more than the feature does.
+	figs = append(figs, Figure{"cpu_per_job", float64((processCPU() - cpu0).Nanoseconds()) / 1000 / float64(cfg.Jobs), "us"})
+	if exports != nil {
+		// The spans did leave: the receiver answered this many exports.
+		figs = append(figs, Figure{"trace_exports", float64(exports()), "count"})
+	}
 	// Health of the run: jobs JetStream had to redeliver and connections the
 	// server had to drop messages to; both should be 0.
 	if vz, err := srv.Varz(nil); err == nil {
@@ -202,6 +243,10 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 				figs = append(figs, Figure{"redelivered", float64(ci.NumRedelivered), "jobs"})
 			}
 		}
+	}
+	if cfg.ThroughputOnly {
+		cfg.phase("done")
+		return figs, nil
 	}
 	if cfg.LatencyJobs > 0 {
 		cfg.phase("latency: %d jobs, one every %s", cfg.LatencyJobs, cfg.LatencyInterval)

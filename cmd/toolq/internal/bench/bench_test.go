@@ -30,7 +30,7 @@ func runSmall(t *testing.T, tenants bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"e2e_throughput": false, "submit_rate": false, "e2e_latency_p50": false, "e2e_latency_p99": false, "slow_consumers": false, "redelivered": false, "batch_submit_rate": false}
+	want := map[string]bool{"e2e_throughput": false, "submit_rate": false, "e2e_latency_p50": false, "e2e_latency_p99": false, "slow_consumers": false, "redelivered": false, "batch_submit_rate": false, "cpu_per_job": false}
 	for _, f := range figs {
 		t.Log(f)
 		if _, ok := want[f.Name]; !ok {
@@ -61,4 +61,27 @@ func BenchmarkEndToEnd(b *testing.B) {
 			b.ReportMetric(f.Value, f.Name+"_"+f.Unit)
 		}
 	}
+}
+
+// TestRunSmallTraced runs it with metrics and tracing on: the spans are
+// exported to the local receiver.
+func TestRunSmallTraced(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := Defaults()
+	cfg.Jobs, cfg.LatencyJobs, cfg.StoreDir, cfg.Metrics, cfg.Tracing = 500, 0, t.TempDir(), true, true
+	figs, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range figs {
+		if f.Name == "trace_exports" {
+			if f.Value < 1 {
+				t.Fatalf("no trace export reached the receiver")
+			}
+			return
+		}
+	}
+	t.Fatal("no trace_exports figure")
 }

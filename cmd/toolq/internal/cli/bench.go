@@ -17,12 +17,15 @@ import (
 func newBenchCmd(g *globals) *cobra.Command {
 	cfg := bench.Defaults()
 	var (
-		anchors     string
-		tenants, mx bool
-		rounds      int
-		workers     []int
-		scenario    string
-		flow        = bench.FlowDefaults()
+		anchors       string
+		tenants, mx   bool
+		rounds        int
+		observe       bool
+		observeRounds int
+		observeRatio  float64
+		workers       []int
+		scenario      string
+		flow          = bench.FlowDefaults()
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -38,6 +41,12 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if rounds < 1 || rounds > 20 {
 				return contracts.Errorf(contracts.CodeInvalidInput, "--metrics-rounds %d out of range [1, 20]", rounds)
+			}
+			if observeRatio <= 0 || observeRatio > 1 {
+				return contracts.Errorf(contracts.CodeInvalidInput, "--observe-sample-ratio %v out of range (0, 1]", observeRatio)
+			}
+			if observeRounds < 3 || observeRounds > 20 {
+				return contracts.Errorf(contracts.CodeInvalidInput, "--observe-rounds %d out of range [3, 20]", observeRounds)
 			}
 			// The phases on stderr as they begin; stdout keeps the figures.
 			cfg.Phase = func(phase string) { g.tell("bench: %s", phase) }
@@ -90,33 +99,42 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 				// times (the run above was the first off): a machine whose
 				// load drifts moves both alike. The ratio is the median of
 				// the rounds' on/off ratios.
-				var offs, ons, ratios []float64
-				off := vals["e2e_throughput"]
-				for i := range rounds {
-					if i > 0 {
-						g.tell("bench: metrics off, round %d of %d", i+1, rounds)
-						ofigs, err := bench.Run(cmd.Context(), cfg)
-						if err != nil {
-							return err
-						}
-						off = throughputOf(ofigs)
-					}
-					on := cfg
-					on.Metrics = true
-					g.tell("bench: metrics on, round %d of %d", i+1, rounds)
-					mfigs, err := bench.Run(cmd.Context(), on)
-					if err != nil {
-						return err
-					}
-					offs, ons = append(offs, off), append(ons, throughputOf(mfigs))
-					if off > 0 {
-						ratios = append(ratios, ons[i]/off)
-						g.tell("bench: round %d: off %.0f jobs/s, on %.0f jobs/s, ratio %.3f", i+1, off, ons[i], ons[i]/off)
-					}
+				on := cfg
+				on.Metrics = true
+				offs, ons, ratios, err := alternate(cmd, g, cfg, on, "metrics", rounds, vals["e2e_throughput"])
+				if err != nil {
+					return err
 				}
 				emit(bench.Figure{Name: "metrics_off_throughput_median", Value: median(offs), Unit: "jobs/s"})
 				emit(bench.Figure{Name: "metrics_on_throughput_median", Value: median(ons), Unit: "jobs/s"})
 				emit(bench.Figure{Name: "metrics_throughput_vs_off", Value: median(ratios), Unit: "ratio"})
+			}
+			if observe {
+				// Observability off, and metrics and tracing (every trace,
+				// exported over OTLP/HTTP) on, in turns as with --metrics.
+				// The rounds after the first run measure throughput alone,
+				// so more of them fit in the same time.
+				off := cfg
+				off.ThroughputOnly = true
+				on := off
+				on.Metrics, on.Tracing, on.TraceSampleRatio = true, true, observeRatio
+				offs, ons, ratios, cpus, err := alternateCPU(cmd, g, off, on, observeRounds, vals["e2e_throughput"], vals["cpu_per_job"])
+				if err != nil {
+					return err
+				}
+				for i := range offs {
+					emit(bench.Figure{Name: fmt.Sprintf("observability_off_throughput_round_%d", i+1), Value: offs[i], Unit: "jobs/s"})
+					emit(bench.Figure{Name: fmt.Sprintf("observability_on_throughput_round_%d", i+1), Value: ons[i], Unit: "jobs/s"})
+				}
+				// CPU a job, off and on: less moved by the machine's other
+				// load than throughput, so it resolves a smaller cost.
+				emit(bench.Figure{Name: "observability_cpu_per_job_off_median", Value: median(cpus[0]), Unit: "us"})
+				emit(bench.Figure{Name: "observability_cpu_per_job_on_median", Value: median(cpus[1]), Unit: "us"})
+				emit(bench.Figure{Name: "observability_cpu_overhead_pct", Value: median(cpus[2]), Unit: "%"})
+				emit(bench.Figure{Name: "observability_off_throughput_median", Value: median(offs), Unit: "jobs/s"})
+				emit(bench.Figure{Name: "observability_on_throughput_median", Value: median(ons), Unit: "jobs/s"})
+				emit(bench.Figure{Name: "observability_throughput_vs_off", Value: median(ratios), Unit: "ratio"})
+				emit(bench.Figure{Name: "observability_overhead_pct", Value: max(0, (1-median(ratios))*100), Unit: "%"})
 			}
 			if anchors != "" {
 				a, err := readAnchors(anchors)
@@ -159,6 +177,9 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 	f.IntVar(&flow.Backlog, "scenario-backlog", flow.Backlog, "jobs queued ahead in a --scenario")
 	f.IntVar(&flow.Probes, "scenario-probes", flow.Probes, "the quiet tenant's timed jobs in --scenario fairness")
 	f.IntVar(&flow.Concurrency, "scenario-concurrency", flow.Concurrency, "the worker's slots in a --scenario")
+	f.BoolVar(&observe, "observe", false, "run again with metrics and tracing on (every trace exported over OTLP/HTTP to a local receiver), in turns with both off, and print every round, both medians and bench.observability_overhead_pct")
+	f.IntVar(&observeRounds, "observe-rounds", 3, "rounds of off and on with --observe (at least 3)")
+	f.Float64Var(&observeRatio, "observe-sample-ratio", 1, "trace sample ratio of --observe's traced rounds (1: every trace)")
 	f.IntSliceVar(&workers, "workers", nil, "measure against the server of --nats with this many `toolq worker` processes instead, one round per count (e.g. 1,2,4); figures end in _workers_N")
 	return cmd
 }
@@ -250,4 +271,76 @@ func printFigures(g *globals, figs []bench.Figure) error {
 		fmt.Fprintln(g.stdout, f)
 	}
 	return nil
+}
+
+// alternateCPU is alternate that also keeps each round's CPU a job, off
+// (cpus[0]) and on (cpus[1]), and their per-round overhead in percent
+// (cpus[2]).
+func alternateCPU(cmd *cobra.Command, g *globals, cfg, on bench.Config, rounds int, off0, cpu0 float64) (offs, ons, ratios []float64, cpus [3][]float64, err error) {
+	offCPU := cpu0
+	for i := range rounds {
+		off := off0
+		if i > 0 {
+			g.tell("bench: observability off, round %d of %d", i+1, rounds)
+			ofigs, err := bench.Run(cmd.Context(), cfg)
+			if err != nil {
+				return nil, nil, nil, cpus, err
+			}
+			off, offCPU = throughputOf(ofigs), figureOf(ofigs, "cpu_per_job")
+		}
+		g.tell("bench: observability on, round %d of %d", i+1, rounds)
+		mfigs, err := bench.Run(cmd.Context(), on)
+		if err != nil {
+			return nil, nil, nil, cpus, err
+		}
+		onCPU := figureOf(mfigs, "cpu_per_job")
+		offs, ons = append(offs, off), append(ons, throughputOf(mfigs))
+		cpus[0], cpus[1] = append(cpus[0], offCPU), append(cpus[1], onCPU)
+		if offCPU > 0 {
+			cpus[2] = append(cpus[2], (onCPU/offCPU-1)*100)
+		}
+		if off > 0 {
+			ratios = append(ratios, ons[i]/off)
+			g.tell("bench: round %d: off %.0f jobs/s (%.1f us CPU a job), on %.0f jobs/s (%.1f us), ratio %.3f",
+				i+1, off, offCPU, ons[i], onCPU, ons[i]/off)
+		}
+	}
+	return offs, ons, ratios, cpus, nil
+}
+
+func figureOf(figs []bench.Figure, name string) float64 {
+	for _, f := range figs {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return 0
+}
+
+// alternate runs on and cfg (off) in turns, rounds times, and returns the
+// throughputs of each and the rounds' on/off ratios. off0 is the first
+// off round's throughput, measured before.
+func alternate(cmd *cobra.Command, g *globals, cfg, on bench.Config, what string, rounds int, off0 float64) (offs, ons, ratios []float64, err error) {
+	off := off0
+	for i := range rounds {
+		if i > 0 {
+			g.tell("bench: %s off, round %d of %d", what, i+1, rounds)
+			ofigs, err := bench.Run(cmd.Context(), cfg)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			off = throughputOf(ofigs)
+		}
+		g.tell("bench: %s on, round %d of %d", what, i+1, rounds)
+		mfigs, err := bench.Run(cmd.Context(), on)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		offs, ons = append(offs, off), append(ons, throughputOf(mfigs))
+		if off > 0 {
+			ratios = append(ratios, ons[i]/off)
+			g.tell("bench: round %d: off %.0f jobs/s, on %.0f jobs/s, ratio %.3f", i+1, off, ons[i], ons[i]/off)
+		}
+	}
+	return offs, ons, ratios, nil
 }

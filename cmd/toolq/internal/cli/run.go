@@ -27,6 +27,7 @@ import (
 	"github.com/toolq/toolq/tools/codeexec/demo"
 	"github.com/toolq/toolq/tools/codemode"
 	"github.com/toolq/toolq/tools/shellexec"
+	"github.com/toolq/toolq/tracing"
 	"github.com/toolq/toolq/worker"
 )
 
@@ -59,7 +60,11 @@ type workerFlags struct {
 	metrics metricsFlags
 	// obs is the command's metrics (nil without --metrics-listen), set
 	// before the node is made.
-	obs *metrics.Metrics
+	obs     *metrics.Metrics
+	tracing tracingFlags
+	// tracer is the command's tracer (nil without --otlp-endpoint), set
+	// before the node is made.
+	tracer *tracing.Tracer
 }
 
 func (f *workerFlags) register(cmd *cobra.Command) {
@@ -87,6 +92,7 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	addMCPFlag(cmd, &f.mcpConfig)
 	f.exec.register(cmd)
 	f.metrics.register(cmd)
+	f.tracing.register(cmd)
 }
 
 // node is a worker with every tool this binary has, code mode included.
@@ -121,6 +127,9 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 	}
 	if f.obs != nil {
 		wcfg.Observer = f.obs.Worker()
+	}
+	if f.tracer != nil {
+		wcfg.Tracer = f.tracer
 	}
 	w, err := worker.New(nc, wcfg)
 	if err != nil {
@@ -328,6 +337,10 @@ func newWorkerCmd(g *globals) *cobra.Command {
 			}
 			defer ms.stop()
 			f.obs = ms.metrics()
+			if f.tracer, err = f.tracing.start(cmd.Context(), g); err != nil {
+				return err
+			}
+			defer stopTracer(g, f.tracer)
 			n, err := newNode(cmd.Context(), g, nc, f)
 			if err != nil {
 				return err
@@ -396,6 +409,10 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 			}
 			defer ms.stop()
 			f.obs = ms.metrics()
+			if f.tracer, err = f.tracing.start(ctx, g); err != nil {
+				return err
+			}
+			defer stopTracer(g, f.tracer)
 			n, err := newNode(ctx, g, nc, f)
 			if err != nil {
 				return err
@@ -408,6 +425,9 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 			scfg := &scheduler.NATSConfig{Subjects: g.subjects(), Logger: g.log}
 			if ms != nil {
 				scfg.Observer = ms.m.Scheduler()
+			}
+			if f.tracer != nil {
+				scfg.Tracer = f.tracer
 			}
 			sched, err := scheduler.NewNATS(nc, scfg)
 			if err != nil {

@@ -27,6 +27,7 @@ func newSchedulerCmd(g *globals) *cobra.Command {
 		replicas         int
 		stopTimeout      time.Duration
 		mf               metricsFlags
+		tf               tracingFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "scheduler",
@@ -59,10 +60,19 @@ once: each firing is enqueued once.
 			if ms != nil {
 				obs = ms.m.Scheduler()
 			}
+			tr, err := tf.start(cmd.Context(), g)
+			if err != nil {
+				return err
+			}
+			defer stopTracer(g, tr)
+			var tracer scheduler.Tracer
+			if tr != nil {
+				tracer = tr
+			}
 			var e scheduler.Scheduler
 			switch engine {
 			case engineNATS:
-				e, err = scheduler.NewNATS(nc, &scheduler.NATSConfig{Subjects: g.subjects(), Replicas: replicas, Timeout: g.timeout, Logger: g.log, Observer: obs})
+				e, err = scheduler.NewNATS(nc, &scheduler.NATSConfig{Subjects: g.subjects(), Replicas: replicas, Timeout: g.timeout, Logger: g.log, Observer: obs, Tracer: tracer})
 			case engineAsynq:
 				opt, perr := asynq.ParseRedisURI(redisURL)
 				if perr != nil {
@@ -70,7 +80,7 @@ once: each firing is enqueued once.
 				}
 				e, err = scheduler.NewAsynq(nc, &scheduler.AsynqConfig{
 					Redis: opt, Subjects: g.subjects(), Replicas: replicas, Timeout: g.timeout,
-					StopTimeout: stopTimeout, Logger: g.log, Observer: obs,
+					StopTimeout: stopTimeout, Logger: g.log, Observer: obs, Tracer: tracer,
 				})
 			default:
 				return contracts.Errorf(contracts.CodeInvalidInput, "--engine %q: want nats or asynq", engine)
@@ -93,6 +103,7 @@ once: each firing is enqueued once.
 		},
 	}
 	mf.register(cmd)
+	tf.register(cmd)
 	f := cmd.Flags()
 	f.StringVar(&engine, "engine", envOr("TOOLQ_SCHEDULER_ENGINE", engineNATS), "engine: nats or asynq (env TOOLQ_SCHEDULER_ENGINE)")
 	f.StringVar(&redisURL, "redis", envOr("TOOLQ_REDIS", "redis://127.0.0.1:6379/0"), "Redis URL of the asynq engine (env TOOLQ_REDIS)")
