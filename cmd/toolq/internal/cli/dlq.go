@@ -368,4 +368,3 @@ func newDLQPurgeCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
 	return cmd
 }
-
