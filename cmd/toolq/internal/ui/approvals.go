@@ -94,7 +94,7 @@ func (s *Server) handleApprovals(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.Filter = f
-	p.Live = filter{Tenant: f.Tenant, Session: f.Session, Tool: contracts.ToolExec}.query()
+	p.Live = filter{Tenant: f.Tenant, Session: f.Session, Tool: contracts.ToolExec}.liveURL("kind", "job")
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 	defer cancel()
 	p.Tenants = s.tenants(ctx)

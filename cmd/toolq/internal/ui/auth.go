@@ -57,7 +57,7 @@ func (g *guard) wrap(next http.Handler) http.Handler {
 		h := w.Header()
 		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
 		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Referrer-Policy", "same-origin") // no-referrer would make a form's Origin "null"
 		h.Set("X-Frame-Options", "DENY")
 		if g.loopback && !loopbackHost(r.Host) {
 			http.Error(w, "this console answers only to a loopback host name (127.0.0.1, localhost, [::1])", http.StatusMisdirectedRequest)

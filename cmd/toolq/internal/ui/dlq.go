@@ -38,7 +38,7 @@ func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, "dlq", p, err)
 		return
 	}
-	p.Filter, p.Live = f, f.query()
+	p.Filter, p.Live = f, filter{Tenant: f.Tenant, Tool: f.Tool, Session: f.Session}.liveURL("kind", "dlq")
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 	defer cancel()
 	p.Tenants = s.tenants(ctx)

@@ -32,9 +32,14 @@ type liveItem struct {
 // default tenant only.
 type liveFilter struct {
 	tenant, session, tool, job string
+	// kind is "job", "dlq" or "breaker" ("" for every kind).
+	kind string
 }
 
 func (f *liveFilter) match(it *liveItem) bool {
+	if f.kind != "" && it.Kind != f.kind {
+		return false
+	}
 	if it.Kind == "breaker" {
 		return true
 	}

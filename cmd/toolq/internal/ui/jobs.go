@@ -162,7 +162,7 @@ func (s *Server) handleJobs(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, "jobs", p, err)
 		return
 	}
-	p.Filter, p.Live = f, f.query()
+	p.Filter, p.Live = f, filter{Tenant: f.Tenant, Tool: f.Tool, Session: f.Session}.liveURL("kind", "job")
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 	defer cancel()
 	p.Tenants = s.tenants(ctx)
@@ -207,7 +207,7 @@ func (s *Server) handleJob(w http.ResponseWriter, r *http.Request) {
 	if lt == "" {
 		lt = defaultTenant
 	}
-	p.Live = filter{Tenant: lt, Session: session}.query() + "&job=" + id
+	p.Live = filter{Tenant: lt, Session: session}.liveURL("kind", "job", "job", id)
 	d := &jobData{Tenant: tenant, Session: session, JobID: id}
 	p.Data = d
 	p.Title = "Job " + id

@@ -21,7 +21,7 @@ func (s *Server) handleRuns(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.Filter = f
-	p.Live = filter{Tenant: f.Tenant, Session: f.Session}.query()
+	p.Live = filter{Tenant: f.Tenant, Session: f.Session}.liveURL("kind", "job")
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 	defer cancel()
 	p.Tenants = s.tenants(ctx)
@@ -44,7 +44,7 @@ func (s *Server) handleRuns(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleBreakers(w http.ResponseWriter, r *http.Request) {
-	p := &page{Title: "Breakers", Live: "kind=breaker", Data: s.hub.breakerStates()}
+	p := &page{Title: "Breakers", Live: filter{}.liveURL("kind", "breaker"), Data: s.hub.breakerStates()}
 	s.render(w, r, "breakers", p)
 }
 

@@ -27,7 +27,7 @@ type page struct {
 	Filter filter
 	// Tenants are the tenants the filter offers.
 	Tenants []string
-	// Live is the live feed's query for this page ("" for none).
+	// Live is the URL of the page's live feed ("" for none).
 	Live string
 	// Done is what the last action did (from the redirect after it).
 	Done  string
@@ -43,6 +43,19 @@ type filter struct {
 
 func (f filter) live() liveFilter {
 	return liveFilter{tenant: f.Tenant, session: f.Session, tool: f.Tool}
+}
+
+// liveURL is the live feed of what f selects, narrowed by the extra
+// query pairs.
+func (f filter) liveURL(extra ...string) string {
+	q := f.query()
+	for i := 0; i+1 < len(extra); i += 2 {
+		if q != "" {
+			q += "&"
+		}
+		q += url.QueryEscape(extra[i]) + "=" + url.QueryEscape(extra[i+1])
+	}
+	return "/live?" + q
 }
 
 // query is f as a URL query.

@@ -81,6 +81,13 @@ func (s *Server) handleLive(w http.ResponseWriter, r *http.Request) {
 		}
 		lf.job = job
 	}
+	switch kind := r.URL.Query().Get("kind"); kind {
+	case "", "job", "dlq", "breaker":
+		lf.kind = kind
+	default:
+		http.Error(w, "kind is job, dlq or breaker", http.StatusBadRequest)
+		return
+	}
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
