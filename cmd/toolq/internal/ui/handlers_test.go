@@ -1,0 +1,162 @@
+package ui
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/testutil"
+	"github.com/toolq/toolq/shell"
+)
+
+// post sends a form (or JSON when body starts with "{") to the console as
+// its own page would, and returns the status and body; redirects are not
+// followed.
+func (b *bundle) post(t *testing.T, path, body string) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(testutil.Context(t, 20*time.Second), http.MethodPost, b.url+path, strings.NewReader(body))
+	require.NoError(t, err)
+	if strings.HasPrefix(body, "{") {
+		req.Header.Set("Content-Type", "application/json")
+	} else {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	req.Header.Set("Origin", strings.TrimSuffix(b.url, "/"))
+	req.Header.Set("X-CSRF-Token", b.console.guard.csrf)
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(data), resp.Header
+}
+
+func body(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(data)
+}
+
+// TestDecideRelaysOnlyWhatItShould: the decide endpoint passes on a
+// decision only when it answers exactly the pending approval it names,
+// signed by the key it names; the rest is refused before the bus.
+func TestDecideRelaysOnlyWhatItShould(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	id := b.pendingExec(t, "uname -r")
+	rec, err := b.p.Approval(testutil.Context(t, 5*time.Second), id)
+	require.NoError(t, err)
+	sign := func(mut func(*contracts.ExecDecision)) string {
+		d := shell.NewDecision(&rec.Approval, shell.Approve, false, "", time.Now())
+		if mut != nil {
+			mut(&d)
+		}
+		d, err := shell.SignDecision(d, []byte(b.seed))
+		require.NoError(t, err)
+		data, err := json.Marshal(contracts.ExecDecideInput{Decision: d})
+		require.NoError(t, err)
+		return string(data)
+	}
+	for name, tc := range map[string]struct {
+		body string
+		code int
+		msg  string
+	}{
+		"another plan":   {sign(func(d *contracts.ExecDecision) { d.Hash = strings.Repeat("0", 64) }), http.StatusConflict, "reload the page"},
+		"unknown":        {sign(func(d *contracts.ExecDecision) { d.ApprovalID = "nope" }), http.StatusNotFound, "unknown or expired"},
+		"a tenant's":     {sign(func(d *contracts.ExecDecision) { d.Tenant = "ACME" }), http.StatusBadRequest, "through the tenant's own account"},
+		"always":         {sign(func(d *contracts.ExecDecision) { d.Always = true }), http.StatusBadRequest, "always"},
+		"tampered":       {strings.Replace(sign(nil), `"verdict":"approve"`, `"verdict":"deny"`, 1), http.StatusBadRequest, "does not verify"},
+		"unknown fields": {`{"decision":{},"seed":"SU"}`, http.StatusBadRequest, "unknown field"},
+	} {
+		code, out, _ := b.post(t, "approvals/decide", tc.body)
+		require.Equal(t, tc.code, code, "%s: %s", name, out)
+		require.Contains(t, out, tc.msg, name)
+	}
+	rec, err = b.p.Approval(testutil.Context(t, 5*time.Second), id)
+	require.NoError(t, err)
+	require.Equal(t, contracts.ExecApprovalPending, rec.Status, "nothing was decided")
+
+	// The right one is relayed, and answers with the exec job's outcome.
+	code, out, _ := b.post(t, "approvals/decide", sign(nil))
+	require.Equal(t, http.StatusOK, code, out)
+	var rep decideReply
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	require.True(t, rep.OK, out)
+	require.True(t, rep.Applied)
+	require.Equal(t, contracts.ExecApprovalApproved, rep.Status)
+	require.Equal(t, id, rep.JobID)
+	// Once only.
+	code, out, _ = b.post(t, "approvals/decide", sign(nil))
+	require.Equal(t, http.StatusConflict, code, out)
+	require.Contains(t, out, "already approved")
+}
+
+func TestSchedulesAddAndRemove(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	form := url.Values{"tool": {"noop"}, "input": {`{"tick":1}`}, "kind": {"every"}, "spec": {"1h"}, "id": {"hourly"}}
+	code, out, hdr := b.post(t, "schedules/add", form.Encode())
+	require.Equal(t, http.StatusSeeOther, code, out)
+	require.Equal(t, "/schedules?done=scheduled&id=hourly&n=0", hdr.Get("Location"))
+	page := body(t, get(t, b.url+"schedules?done=scheduled&id=hourly&n=0"))
+	require.Contains(t, page, "added schedule hourly")
+	require.Contains(t, page, "<td>hourly</td>")
+	list, err := b.console.sched.List(testutil.Context(t, 5*time.Second))
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.JSONEq(t, `{"tick":1}`, string(list[0].Schedule.Job.Input))
+
+	form.Set("input", "{not json")
+	code, out, _ = b.post(t, "schedules/add", form.Encode())
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, out, "not valid JSON")
+
+	code, out, _ = b.post(t, "schedules/remove", url.Values{"id": {"hourly"}}.Encode())
+	require.Equal(t, http.StatusSeeOther, code, out)
+	list, err = b.console.sched.List(testutil.Context(t, 5*time.Second))
+	require.NoError(t, err)
+	require.Empty(t, list)
+}
+
+func TestPurgeAndPages(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	first := b.deadLetter(t)
+	second := b.deadLetter(t)
+	page := body(t, get(t, b.url+"dlq?tool=flaky"))
+	require.Contains(t, page, first)
+	require.Contains(t, page, second)
+	show := get(t, b.url+"dlq/show?seq=1")
+	require.Equal(t, http.StatusOK, show.StatusCode)
+	require.Contains(t, body(t, show), "flaky: the backend is down")
+
+	code, out, hdr := b.post(t, "dlq/purge", url.Values{"seq": {"1"}}.Encode())
+	require.Equal(t, http.StatusSeeOther, code, out)
+	require.Contains(t, hdr.Get("Location"), "done=purged")
+	page = body(t, get(t, b.url+"dlq"))
+	require.NotContains(t, page, first)
+	require.Contains(t, page, second)
+	code, out, _ = b.post(t, "dlq/purge", url.Values{"tool": {"flaky"}}.Encode())
+	require.Equal(t, http.StatusSeeOther, code, out)
+	require.Contains(t, body(t, get(t, b.url+"dlq")), "No dead letters.")
+
+	// Every page renders, filters are checked.
+	for _, p := range []string{"jobs", "runs", "approvals", "dlq", "schedules", "breakers", "jobs?tenant=.&status=completed"} {
+		resp := get(t, b.url+p)
+		require.Equal(t, http.StatusOK, resp.StatusCode, p)
+	}
+	for _, p := range []string{"jobs?tenant=a.b", "jobs?status=done", "dlq?session=a%20b", "job?session=s", "live?kind=other"} {
+		resp := get(t, b.url+p)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, p)
+	}
+}
