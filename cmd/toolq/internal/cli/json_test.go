@@ -194,6 +194,9 @@ func TestJSONFlagReachesEveryCommand(t *testing.T) {
 		// (TestDLQLsShowRequeue, TestDLQPurge, TestJobsLs, TestDLQTenants).
 		"toolq dlq ls": true, "toolq dlq show": true, "toolq dlq requeue": true, "toolq dlq purge": true,
 		"toolq jobs ls": true,
+		// A server: its banner is one JSON log record with --json, and its
+		// refusal of a tenant is a JSON error (TestUITenants).
+		"toolq ui": true,
 	}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {

@@ -26,7 +26,7 @@ func TestRemoteListenNeedsAToken(t *testing.T) {
 		{listen: "localhost:0"},
 		{listen: "[::1]:0"},
 		{listen: "8470"},
-		{listen: "0.0.0.0:0", token: "a-token-of-at-least-16-bytes"},
+		{listen: "0.0.0.0:0", token: "a-token-of-at-least-16-bytes"}, //nolint:gosec // G101: a test token
 	} {
 		c, err := Config{Listen: tc.listen, Token: tc.token}.withDefaults()
 		if tc.err != "" {
@@ -76,7 +76,7 @@ func TestTokenAuth(t *testing.T) {
 	r.Header.Set("Authorization", "Bearer not-the-console-token")
 	require.Equal(t, http.StatusUnauthorized, serve(h, r).Code)
 	r = httptest.NewRequest(http.MethodGet, "http://console.example:8470/jobs", nil)
-	r.AddCookie(&http.Cookie{Name: cookieName, Value: token})
+	r.AddCookie(&http.Cookie{Name: cookieName, Value: token}) //nolint:gosec // G124: a forged cookie the guard must refuse
 	require.Equal(t, http.StatusUnauthorized, serve(h, r).Code, "the cookie is a MAC of the token, not the token")
 
 	// The right bearer token.
