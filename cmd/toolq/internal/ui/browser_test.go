@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/bus"
@@ -35,6 +37,20 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if browser.cancel != nil {
 		browser.cancel()
+	}
+	http.DefaultClient.CloseIdleConnections()
+	if code == 0 {
+		if err := goleak.Find(
+			// nats-server and nats.go keep a few process-wide goroutines.
+			goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
+			goleak.IgnoreTopFunction("github.com/nats-io/nats.go.(*Conn).doReconnect"),
+			goleak.IgnoreTopFunction("time.Sleep"),
+			goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).syncBlocks"),
+			goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start.func1"),
+		); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/testutil"
+	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/shell"
 )
 
@@ -159,4 +160,27 @@ func TestPurgeAndPages(t *testing.T) {
 		resp := get(t, b.url+p)
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, p)
 	}
+}
+
+// TestRunsPage: a code-mode run suspended on a nested call (a sleep that
+// outlasts the test) is on the runs page with its pending call, and its
+// page has its output so far.
+func TestRunsPage(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, &options{codeMode: true})
+	ctx := testutil.Context(t, 30*time.Second)
+	run, err := b.p.SubmitCode(ctx, &contracts.CodeModeExecInput{
+		Code: `text("before the call"); await tools.callValue("toolq:core:sleep", {ms: 30000}); return 1;`, AutoResume: true,
+	}, nil)
+	require.NoError(t, err)
+	ev, err := b.p.Await(ctx, run.Session, run.ID, &producer.AwaitOpts{Parked: true})
+	require.NoError(t, err)
+	require.Equal(t, contracts.StatusWaiting, ev.Data.Status)
+	page := body(t, get(t, b.url+"runs?session=agent"))
+	require.Contains(t, page, run.ID)
+	require.Regexp(t, `<td>agent</td><td>1</td><td>0</td><td>1</td>`, page, "one pending call, no result back, one suspension")
+	job := body(t, get(t, b.url+"job?session=agent&id="+run.ID))
+	require.Contains(t, job, "Result so far")
+	require.Contains(t, job, "before the call")
+	require.NotContains(t, body(t, get(t, b.url+"runs?tenant=ACME")), run.ID, "another tenant's filter")
 }

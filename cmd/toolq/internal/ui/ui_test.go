@@ -17,7 +17,9 @@ import (
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/producer"
+	"github.com/toolq/toolq/sandbox"
 	"github.com/toolq/toolq/shell"
+	"github.com/toolq/toolq/tools/codemode"
 	"github.com/toolq/toolq/tools/shellexec"
 	"github.com/toolq/toolq/worker"
 )
@@ -45,8 +47,21 @@ type bundle struct {
 	seed string
 }
 
+// options are setup's: the console's configuration, and whether the
+// worker runs code mode too.
+type options struct {
+	console  *Config
+	codeMode bool
+}
+
 func setup(t *testing.T, cfg *Config) *bundle {
 	t.Helper()
+	return setupWith(t, &options{console: cfg})
+}
+
+func setupWith(t *testing.T, o *options) *bundle {
+	t.Helper()
+	cfg := o.console
 	srv := testutil.StartJetStream(t)
 	b := &bundle{nc: srv.Connect(t), flaky: &flaky{}}
 	b.flaky.broken.Store(true)
@@ -68,6 +83,13 @@ func setup(t *testing.T, cfg *Config) *bundle {
 		Policy: shell.Policy{Security: shell.SecurityAllowlist, Ask: shell.AskOnMiss}, Approvers: []string{pub}, Logger: log,
 	})
 	require.NoError(t, err)
+	if o.codeMode {
+		eng, err := sandbox.NewEngine(ctx, &sandbox.EngineConfig{SnapshotKey: []byte("console-test-key-0123456789abcdef")})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = eng.Close(context.Background()) })
+		_, err = codemode.Register(w, wnc, &codemode.Config{Engine: eng, Logger: log})
+		require.NoError(t, err)
+	}
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
