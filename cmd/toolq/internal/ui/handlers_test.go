@@ -122,6 +122,18 @@ func TestSchedulesAddAndRemove(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, code)
 	require.Contains(t, out, "not valid JSON")
 
+	code, out, _ = b.post(t, "schedules/pause", url.Values{"id": {"hourly"}}.Encode())
+	require.Equal(t, http.StatusSeeOther, code, out)
+	require.Contains(t, body(t, get(t, b.url+"schedules")), `<span class="status s-pending">paused</span>`)
+	in, err := b.console.sched.Get(testutil.Context(t, 5*time.Second), "hourly")
+	require.NoError(t, err)
+	require.True(t, in.Paused)
+	code, out, _ = b.post(t, "schedules/pause", url.Values{"id": {"hourly"}, "resume": {"1"}}.Encode())
+	require.Equal(t, http.StatusSeeOther, code, out)
+	in, err = b.console.sched.Get(testutil.Context(t, 5*time.Second), "hourly")
+	require.NoError(t, err)
+	require.False(t, in.Paused)
+
 	code, out, _ = b.post(t, "schedules/remove", url.Values{"id": {"hourly"}}.Encode())
 	require.Equal(t, http.StatusSeeOther, code, out)
 	list, err = b.console.sched.List(testutil.Context(t, 5*time.Second))

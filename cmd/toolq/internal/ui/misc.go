@@ -138,3 +138,32 @@ func (s *Server) handleScheduleRemove(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("console removed a schedule", "id", id)
 	redirectDone(w, r, "/schedules", "removed", id, 0)
 }
+
+// handleSchedulePause pauses (or, with resume, resumes) a schedule, as
+// `toolq schedule pause|resume`.
+func (s *Server) handleSchedulePause(w http.ResponseWriter, r *http.Request) {
+	p := &page{Title: "Schedules", Nav: "schedules"}
+	id := r.PostFormValue("id")
+	if !contracts.ValidID(id) {
+		s.fail(w, r, "schedules", p, contracts.Errorf(contracts.CodeInvalidInput, "pause: %q is no schedule id", id))
+		return
+	}
+	resume := r.PostFormValue("resume") != ""
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
+	defer cancel()
+	var err error
+	done := "paused"
+	if resume {
+		err, done = s.sched.Resume(ctx, id), "resumed"
+	} else {
+		err = s.sched.Pause(ctx, id)
+	}
+	if err != nil {
+		list, _ := s.sched.List(ctx)
+		p.Data = list
+		s.fail(w, r, "schedules", p, err)
+		return
+	}
+	s.log.Info("console "+done+" a schedule", "id", id)
+	redirectDone(w, r, "/schedules", done, id, 0)
+}

@@ -213,6 +213,10 @@ func doneText(q url.Values) string {
 		return "added schedule " + id
 	case "removed":
 		return "removed schedule " + id
+	case "paused":
+		return "paused schedule " + id
+	case "resumed":
+		return "resumed schedule " + id
 	}
 	return ""
 }

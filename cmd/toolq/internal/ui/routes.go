@@ -27,6 +27,7 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("GET /schedules", s.handleSchedules)
 	mux.HandleFunc("POST /schedules/add", s.handleScheduleAdd)
 	mux.HandleFunc("POST /schedules/remove", s.handleScheduleRemove)
+	mux.HandleFunc("POST /schedules/pause", s.handleSchedulePause)
 	mux.HandleFunc("GET /dlq", s.handleDLQ)
 	mux.HandleFunc("GET /dlq/show", s.handleDeadLetter)
 	mux.HandleFunc("POST /dlq/requeue", s.handleRequeue)
