@@ -127,8 +127,12 @@ func (q *DLQ) Walk(ctx context.Context, f *Filter, fn func(*DeadLetter) error) e
 		return fmt.Errorf("dlq: read: %w", err)
 	}
 	n := 0
+	// Each fetch asks for no more than is left, so it ends with its last
+	// message instead of waiting out its time (a console walks the DLQ on
+	// every page view).
+	left := total
 	for {
-		batch, err := cons.Fetch(256, jetstream.FetchMaxWait(2*time.Second))
+		batch, err := cons.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(2*time.Second)) //nolint:gosec // G115: at most 256
 		if err != nil {
 			return fmt.Errorf("dlq: read: %w", err)
 		}
@@ -142,6 +146,7 @@ func (q *DLQ) Walk(ctx context.Context, f *Filter, fn func(*DeadLetter) error) e
 			if md.Sequence.Stream > last {
 				return nil
 			}
+			left = max(md.NumPending, 1)
 			d := DecodeDeadLetter(s, md.Sequence.Stream, m.Subject(), md.Timestamp, m.Data())
 			if f.match(d) {
 				if err := fn(d); err != nil {

@@ -111,7 +111,7 @@ func TestSchedulesAddAndRemove(t *testing.T) {
 	require.Equal(t, "/schedules?done=scheduled&id=hourly&n=0", hdr.Get("Location"))
 	page := body(t, get(t, b.url+"schedules?done=scheduled&id=hourly&n=0"))
 	require.Contains(t, page, "added schedule hourly")
-	require.Contains(t, page, "<td>hourly</td>")
+	require.Contains(t, page, `<td data-label="Id">hourly</td>`)
 	list, err := b.console.sched.List(testutil.Context(t, 5*time.Second))
 	require.NoError(t, err)
 	require.Len(t, list, 1)
@@ -190,7 +190,8 @@ func TestRunsPage(t *testing.T) {
 	require.Equal(t, contracts.StatusWaiting, ev.Data.Status)
 	page := body(t, get(t, b.url+"runs?session=agent"))
 	require.Contains(t, page, run.ID)
-	require.Regexp(t, `<td>agent</td><td>1</td><td>0</td><td>1</td>`, page, "one pending call, no result back, one suspension")
+	require.Contains(t, page, `<td data-label="Session">agent</td><td data-label="Pending calls">1</td><td data-label="Results back">0</td><td data-label="Suspensions">1</td>`,
+		"one pending call, no result back, one suspension")
 	job := body(t, get(t, b.url+"job?session=agent&id="+run.ID))
 	require.Contains(t, job, "Result so far")
 	require.Contains(t, job, "before the call")

@@ -91,8 +91,11 @@ func (s *Server) readEvents(ctx context.Context, subjects []string, window int, 
 	if ci.NumPending == 0 {
 		return nil
 	}
+	// Each fetch asks for no more than is left, so it ends with its last
+	// message instead of waiting out its time, and nothing is left running.
+	left := ci.NumPending
 	for {
-		batch, err := cons.Fetch(512, jetstream.FetchMaxWait(time.Second))
+		batch, err := cons.Fetch(int(min(left, 512)), jetstream.FetchMaxWait(time.Second)) //nolint:gosec // G115: at most 512
 		if err != nil {
 			return fmt.Errorf("events: %w", err)
 		}
@@ -103,6 +106,7 @@ func (s *Server) readEvents(ctx context.Context, subjects []string, window int, 
 			if err != nil {
 				return err
 			}
+			left = md.NumPending
 			var ev contracts.Event
 			if tenant, ok := s.cfg.Subjects.TenantOf(m.Subject()); ok && json.Unmarshal(m.Data(), &ev) == nil && contracts.ValidID(ev.Data.JobID) {
 				fn(tenant, &ev)

@@ -20,10 +20,10 @@ function reloadSoon() {
   if (reloadTimer === null) reloadTimer = setTimeout(() => location.reload(), 1500);
 }
 
-function cell(tr, text, cls) {
+function cell(tr, text, label) {
   const td = document.createElement("td");
   td.textContent = text;
-  if (cls) td.className = cls;
+  td.dataset.label = label;
   tr.appendChild(td);
   return td;
 }
@@ -51,13 +51,15 @@ function upsertJob(it) {
     const a = document.createElement("a");
     a.href = "/job?" + new URLSearchParams({ tenant: it.tenant || "", session: it.session, id: it.jobId });
     a.textContent = it.jobId;
-    cell(tr, "").appendChild(a);
-    cell(tr, "");
-    cell(tr, it.tool || "");
-    cell(tr, it.tenant || "(default)");
-    cell(tr, it.session);
-    cell(tr, "");
-    cell(tr, "");
+    const id = cell(tr, "", "Job");
+    id.className = "id";
+    id.appendChild(a);
+    cell(tr, "", "Status");
+    cell(tr, it.tool || "", "Tool");
+    cell(tr, it.tenant || "(default)", "Tenant");
+    cell(tr, it.session, "Session");
+    cell(tr, "", "Last change");
+    cell(tr, "", "Error");
     const empty = document.getElementById("jobs-empty");
     if (empty) empty.remove();
   }
