@@ -108,65 +108,24 @@ func (q *DLQ) Walk(ctx context.Context, f *Filter, fn func(*DeadLetter) error) e
 	if f.Tool != "" {
 		filter = s.DLQ(f.Tool)
 	}
-	info, err := q.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
-	if err != nil {
-		return fmt.Errorf("dlq: stream info: %w", err)
-	}
-	var total uint64
-	for _, n := range info.State.Subjects {
-		total += n
-	}
-	if total == 0 {
+	n := 0
+	err := Read(ctx, q.stream, []string{filter}, nil, func(m jetstream.Msg, md *jetstream.MsgMetadata) error {
+		d := DecodeDeadLetter(s, md.Sequence.Stream, m.Subject(), md.Timestamp, m.Data())
+		if !f.match(d) {
+			return nil
+		}
+		if err := fn(d); err != nil {
+			return err
+		}
+		if n++; f.Limit > 0 && n >= f.Limit {
+			return ErrStop
+		}
 		return nil
-	}
-	last := info.State.LastSeq // dead letters stored after the walk began are not looked at
-	cons, err := q.js.OrderedConsumer(ctx, s.DLQStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter}, InactiveThreshold: time.Minute,
 	})
 	if err != nil {
-		return fmt.Errorf("dlq: read: %w", err)
+		return fmt.Errorf("dlq: %w", err)
 	}
-	n := 0
-	// Each fetch asks for no more than is left, so it ends with its last
-	// message instead of waiting out its time (a console walks the DLQ on
-	// every page view).
-	left := total
-	for {
-		batch, err := cons.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(2*time.Second)) //nolint:gosec // G115: at most 256
-		if err != nil {
-			return fmt.Errorf("dlq: read: %w", err)
-		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			md, err := m.Metadata()
-			if err != nil {
-				return fmt.Errorf("dlq: read: %w", err)
-			}
-			if md.Sequence.Stream > last {
-				return nil
-			}
-			left = max(md.NumPending, 1)
-			d := DecodeDeadLetter(s, md.Sequence.Stream, m.Subject(), md.Timestamp, m.Data())
-			if f.match(d) {
-				if err := fn(d); err != nil {
-					return err
-				}
-				if n++; f.Limit > 0 && n >= f.Limit {
-					return nil
-				}
-			}
-			if md.NumPending == 0 || md.Sequence.Stream == last {
-				return nil
-			}
-		}
-		if err := batch.Error(); err != nil {
-			return fmt.Errorf("dlq: read: %w", err)
-		}
-		if got == 0 {
-			return nil // the rest was deleted meanwhile
-		}
-	}
+	return nil
 }
 
 // Get returns the dead letter at seq, or nil when there is none.

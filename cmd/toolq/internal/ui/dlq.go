@@ -60,19 +60,17 @@ func (s *Server) handleDLQ(w http.ResponseWriter, r *http.Request) {
 		}
 		if len(d.Rows) == maxDeadLetters {
 			d.Cut = true
-			return errStop
+			return operator.ErrStop
 		}
 		d.Rows = append(d.Rows, dl.Row())
 		return nil
 	})
-	if err != nil && !errors.Is(err, errStop) {
+	if err != nil {
 		s.fail(w, r, "dlq", p, err)
 		return
 	}
 	s.render(w, r, "dlq", p)
 }
-
-var errStop = errors.New("enough")
 
 type deadLetterData struct {
 	D       *operator.DeadLetter

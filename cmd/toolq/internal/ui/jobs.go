@@ -56,72 +56,22 @@ func (s *Server) eventFilters(f filter) []string {
 	return []string{sub.TenantEvent(f.Tenant, session, "*")}
 }
 
-// readEvents reads the events stream from sequence start (0: the newest
-// window of the stream) on the subjects, oldest first, through an ordered
-// consumer: nothing is taken out of it. fn gets each event with its
-// tenant.
+// readEvents reads the events stream on the subjects, oldest first,
+// only its newest window messages when window > 0 (operator.Read: nothing
+// is taken out of it). fn gets each event with its tenant, taken from the
+// subject.
 func (s *Server) readEvents(ctx context.Context, subjects []string, window int, fn func(tenant string, ev *contracts.Event)) error {
 	st, err := s.js.Stream(ctx, s.cfg.Subjects.EventsStream())
 	if err != nil {
 		return fmt.Errorf("events stream: %w", err)
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("events stream: %w", err)
-	}
-	last := info.State.LastSeq
-	if info.State.Msgs == 0 {
+	return operator.Read(ctx, st, subjects, &operator.ReadOpts{Newest: uint64(max(window, 0))}, func(m jetstream.Msg, _ *jetstream.MsgMetadata) error { //nolint:gosec // G115: not negative
+		var ev contracts.Event
+		if tenant, ok := s.cfg.Subjects.TenantOf(m.Subject()); ok && json.Unmarshal(m.Data(), &ev) == nil && contracts.ValidID(ev.Data.JobID) {
+			fn(tenant, &ev)
+		}
 		return nil
-	}
-	cc := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, InactiveThreshold: time.Minute}
-	if window > 0 && last > uint64(window) {
-		start := last - uint64(window) + 1
-		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, max(start, info.State.FirstSeq)
-	}
-	cons, err := s.js.OrderedConsumer(ctx, s.cfg.Subjects.EventsStream(), cc)
-	if err != nil {
-		return fmt.Errorf("events: %w", err)
-	}
-	// A filter that matches nothing in the window delivers nothing: the
-	// consumer's info says so at once.
-	ci, err := cons.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("events: %w", err)
-	}
-	if ci.NumPending == 0 {
-		return nil
-	}
-	// Each fetch asks for no more than is left, so it ends with its last
-	// message instead of waiting out its time, and nothing is left running.
-	left := ci.NumPending
-	for {
-		batch, err := cons.Fetch(int(min(left, 512)), jetstream.FetchMaxWait(time.Second)) //nolint:gosec // G115: at most 512
-		if err != nil {
-			return fmt.Errorf("events: %w", err)
-		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			md, err := m.Metadata()
-			if err != nil {
-				return err
-			}
-			left = md.NumPending
-			var ev contracts.Event
-			if tenant, ok := s.cfg.Subjects.TenantOf(m.Subject()); ok && json.Unmarshal(m.Data(), &ev) == nil && contracts.ValidID(ev.Data.JobID) {
-				fn(tenant, &ev)
-			}
-			if md.NumPending == 0 || md.Sequence.Stream >= last {
-				return nil
-			}
-		}
-		if err := batch.Error(); err != nil {
-			return fmt.Errorf("events: %w", err)
-		}
-		if got == 0 {
-			return nil
-		}
-	}
+	})
 }
 
 // recentJobs is the jobs of the newest events window that f selects,
