@@ -17,6 +17,12 @@
 // Queues reads one stream's queues from infos, WalkQueue reads a tool's job
 // messages by sequence: nothing is consumed and no consumer is made.
 //
+// # Reading a stream
+//
+// Read walks a stream through an ordered consumer (ephemeral, no acks),
+// oldest first, up to the message that was last when it began; the DLQ
+// walk and the console's jobs page read through it.
+//
 // Every function works on a connection of the toolq account; a tenant's
 // user reaches none of these streams.
 package operator

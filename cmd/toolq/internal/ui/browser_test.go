@@ -247,3 +247,25 @@ func TestBrowserRequeue(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(b.url+"jobs?tool=flaky")))
 	waitText(t, ctx, fmt.Sprintf(`tr[data-key="/agent/%s"] td:nth-child(2)`, newID), "completed")
 }
+
+// TestBrowserLogin: with a token, the browser is sent to the login form,
+// logs in once, and the pages and their live feed work on the cookie.
+func TestBrowserLogin(t *testing.T) {
+	t.Parallel()
+	const token = "console-token-for-the-browser-test"
+	b := setup(t, &Config{Token: token})
+	ctx := tab(t)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(b.url+"dlq?tool=flaky"), chromedp.WaitVisible(chromedp.CSS(`input[name="token"]`))))
+	require.NoError(t, chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS(`input[name="token"]`), "not-the-console-token"), chromedp.Submit(chromedp.CSS(`input[name="token"]`))))
+	waitText(t, ctx, "main .error", "wrong token")
+	require.NoError(t, chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS(`input[name="token"]`), token), chromedp.Submit(chromedp.CSS(`input[name="token"]`))))
+	waitText(t, ctx, "h1", "Dead letters")
+	loc, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.pathname + location.search`))
+	require.NoError(t, err)
+	require.Equal(t, "/dlq?tool=flaky", loc, "back where the login started")
+	live(t, ctx, b.url+"jobs")
+	job, err := b.p.Submit(testutil.Context(t, 10*time.Second), worker.ToolNoop, json.RawMessage(`{}`), nil)
+	require.NoError(t, err)
+	waitText(t, ctx, fmt.Sprintf(`tr[data-key="/%s/%s"] td:nth-child(2)`, job.Session, job.ID), "completed")
+	stayed(t, ctx)
+}
