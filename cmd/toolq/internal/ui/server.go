@@ -139,7 +139,8 @@ func (s *Server) start(ctx context.Context) error {
 	s.p, s.sched, s.events, s.ln = p, sched, events, ln
 	s.url = "http://" + ln.Addr().String() + "/"
 	s.srv = &http.Server{
-		Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		// No write timeout: the live feeds are long responses.
+		Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	s.wg.Go(func() {
