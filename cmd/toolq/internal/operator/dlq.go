@@ -308,22 +308,11 @@ func (q *DLQ) Requeue(ctx context.Context, d *DeadLetter, events *bus.Events) (*
 	if ev != nil {
 		r.Already = true
 	} else {
-		data, err := json.Marshal(job)
+		dup, err := PublishJob(ctx, q.js, s, job)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("dead letter %d: %w; the dead letter is kept", d.Seq, err)
 		}
-		ack, err := q.js.PublishMsg(ctx, &nats.Msg{Subject: r.Subject, Data: data}, jetstream.WithMsgID(contracts.DedupID(job)))
-		if err != nil {
-			if errors.Is(err, jetstream.ErrNoStreamResponse) {
-				hint := "is a worker or `toolq dev` running?"
-				if job.Tenant != "" {
-					hint = "is tenant " + job.Tenant + " still registered (toolq tenant ls)?"
-				}
-				return nil, fmt.Errorf("dead letter %d: no stream takes %s (%s); the dead letter is kept", d.Seq, r.Subject, hint)
-			}
-			return nil, fmt.Errorf("dead letter %d: publish: %w; the dead letter is kept", d.Seq, err)
-		}
-		r.Already = ack.Duplicate
+		r.Already = dup
 	}
 	// Only now that the bus holds the job: a crash before this line leaves
 	// the dead letter, and a rerun publishes the same id again.
@@ -398,4 +387,34 @@ func (q *DLQ) Purge(ctx context.Context, seqs []uint64, upTo bool) (int, error) 
 		}
 	}
 	return purged, nil
+}
+
+// PublishJob publishes job, validated, on its tool's subject of its tenant
+// (Subjects.TenantJob) with its id as Nats-Msg-Id, as the operator does:
+// the toolq account reaches every tenant's jobs stream. dup says the bus
+// held the id already (nothing was enqueued).
+func PublishJob(ctx context.Context, js jetstream.JetStream, s contracts.Subjects, job *contracts.Job) (dup bool, err error) {
+	if err := job.Validate(); err != nil {
+		return false, err
+	}
+	if job.Tenant != "" && !contracts.ValidID(job.Tenant) {
+		return false, contracts.Errorf(contracts.CodeInvalidInput, "tenant %q is not a valid id", job.Tenant)
+	}
+	data, err := json.Marshal(job)
+	if err != nil {
+		return false, err
+	}
+	subject := s.TenantJob(job.Tenant, job.Tool)
+	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: data}, jetstream.WithMsgID(contracts.DedupID(job)))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+			hint := "is a worker or `toolq dev` running?"
+			if job.Tenant != "" {
+				hint = "is tenant " + job.Tenant + " still registered (toolq tenant ls)?"
+			}
+			return false, fmt.Errorf("no stream takes %s (%s)", subject, hint)
+		}
+		return false, fmt.Errorf("publish: %w", err)
+	}
+	return ack.Duplicate, nil
 }

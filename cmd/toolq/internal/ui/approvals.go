@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
+	"github.com/toolq/toolq/cmd/toolq/internal/operator"
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/shell"
@@ -147,15 +149,15 @@ func (s *Server) handleDecide(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := &in.Decision
-	if d.Tenant != "" {
-		refuse(http.StatusBadRequest, "approval of tenant %s: a tenant's approvals are decided by its approvers through the tenant's own account (toolq approve --tenant-account), not through the operator's console", d.Tenant)
+	if d.Tenant != "" && !contracts.ValidID(d.Tenant) {
+		refuse(http.StatusBadRequest, "tenant %q is not a valid id", d.Tenant)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 	defer cancel()
-	rec, err := s.p.Approval(ctx, d.ApprovalID)
+	rec, err := s.approval(ctx, d.Tenant, d.ApprovalID)
 	if errors.Is(err, producer.ErrNoApproval) {
-		refuse(http.StatusNotFound, "approval %s is unknown or expired", d.ApprovalID)
+		refuse(http.StatusNotFound, "approval %s of tenant %s is unknown or expired", d.ApprovalID, orDefault(d.Tenant))
 		return
 	}
 	if err != nil {
@@ -184,13 +186,11 @@ func (s *Server) handleDecide(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusBadRequest, "the decision's signature does not verify: %v", err)
 		return
 	}
-	job, err := s.p.Decide(ctx, d, &producer.SubmitOpts{Session: s.cfg.DecideSession, Progress: true})
-	if err != nil {
+	job, got, err := s.relay(ctx, d)
+	if job == nil {
 		refuse(http.StatusBadGateway, "submit decision: %v", err)
 		return
 	}
-	s.log.Info("console relayed a decision", "approval", a.ID, "verdict", d.Verdict, "approver", d.Approver, "decide_job", job.ID)
-	got, err := s.p.Await(ctx, job.Session, job.ID, &producer.AwaitOpts{Progress: true})
 	if err != nil {
 		reply(http.StatusGatewayTimeout, &decideReply{DecideJob: job.ID, Error: contracts.Errorf(contracts.CodeTimeout, "waiting for decision %s: %v", job.ID, err)})
 		return
@@ -209,4 +209,96 @@ func (s *Server) handleDecide(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply(http.StatusOK, &decideReply{OK: true, DecideJob: job.ID, Applied: res.Applied, Status: res.Status, JobID: res.JobID, Session: res.Session})
+}
+
+// approval reads approval id of tenant: the default tenant's through the
+// producer, as `toolq approve` does, a named tenant's from its key
+// <tenant>.<id> in the approvals bucket (ErrNoApproval when there is none).
+func (s *Server) approval(ctx context.Context, tenant, id string) (*contracts.ExecApprovalRecord, error) {
+	if tenant == "" {
+		return s.p.Approval(ctx, id)
+	}
+	if err := contracts.ValidateID("approval id", id); err != nil {
+		return nil, err
+	}
+	kv, err := s.js.KeyValue(ctx, s.cfg.Subjects.ApprovalsBucket())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("%w: %s", producer.ErrNoApproval, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("approvals bucket: %w", err)
+	}
+	e, err := kv.Get(ctx, contracts.ExecApprovalKey(tenant, id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("%w: %s", producer.ErrNoApproval, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("approval %s: %w", id, err)
+	}
+	var rec contracts.ExecApprovalRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return nil, fmt.Errorf("approval record %s: %w", id, err)
+	}
+	if rec.Approval.Tenant != tenant {
+		return nil, fmt.Errorf("%w: %s", producer.ErrNoApproval, id)
+	}
+	return &rec, nil
+}
+
+// relay submits the signed decision d as an exec.decide job of d's tenant
+// and waits for its first progress or terminal event. The default
+// tenant's goes through the producer exactly as `toolq approve` submits
+// it; a named tenant's on that tenant's decide subject in the toolq
+// account (operator.PublishJob, as a requeue goes to its tenant), where
+// the worker decides only that tenant's approval and takes the decision
+// only from that tenant's approvers. job is nil when nothing was
+// submitted.
+func (s *Server) relay(ctx context.Context, d *contracts.ExecDecision) (*contracts.Job, *contracts.Event, error) {
+	if d.Tenant == "" {
+		job, err := s.p.Decide(ctx, d, &producer.SubmitOpts{Session: s.cfg.DecideSession, Progress: true})
+		if err != nil {
+			return nil, nil, err
+		}
+		s.log.Info("console relayed a decision", "approval", d.ApprovalID, "verdict", d.Verdict, "approver", d.Approver, "decide_job", job.ID)
+		ev, err := s.p.Await(ctx, job.Session, job.ID, &producer.AwaitOpts{Progress: true})
+		return job, ev, err
+	}
+	input, err := json.Marshal(contracts.ExecDecideInput{Decision: *d})
+	if err != nil {
+		return nil, nil, err
+	}
+	job := &contracts.Job{
+		ID: nuid.Next(), Tool: contracts.ToolExecDecide, Session: s.cfg.DecideSession, Input: input,
+		Progress: true, CreatedAt: time.Now().UTC(), Tenant: d.Tenant,
+	}
+	// Subscribed before the publish: the job's events cannot come first.
+	sub, err := s.nc.SubscribeSync(s.cfg.Subjects.TenantEvent(job.Tenant, job.Session, job.ID))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if _, err := operator.PublishJob(ctx, s.js, s.cfg.Subjects, job); err != nil {
+		return nil, nil, err
+	}
+	s.log.Info("console relayed a decision", "tenant", d.Tenant, "approval", d.ApprovalID, "verdict", d.Verdict, "approver", d.Approver, "decide_job", job.ID)
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return job, nil, err
+		}
+		var ev contracts.Event
+		if json.Unmarshal(m.Data, &ev) != nil || ev.Data.JobID != job.ID {
+			continue
+		}
+		if ev.Data.Status.Terminal() || ev.Data.Status == contracts.StatusProgress {
+			return job, &ev, nil
+		}
+	}
+}
+
+func orDefault(tenant string) string {
+	if tenant == "" {
+		return "(default)"
+	}
+	return tenant
 }

@@ -207,6 +207,26 @@ func TestBrowserApprove(t *testing.T) {
 	require.Empty(t, stored, "not kept unless asked")
 }
 
+// TestBrowserApproveForTenant: a tenant's approval, signed in the page
+// with the tenant's approver's key (the decision names the tenant under
+// its signature), runs; the operator's own key is not that tenant's.
+func TestBrowserApproveForTenant(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, &options{tenants: []string{"ACME"}})
+	ctx := tab(t)
+	job, last := b.pendingTenantExec(t, "ACME", "uname -s")
+	art := "#approval-" + job.ID
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(b.url+"approvals?tenant=ACME"), chromedp.WaitVisible(chromedp.CSS(art))))
+	loadSeed(t, ctx, b.seed)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(art+" button.approve"))))
+	waitText(t, ctx, art+" .outcome", "Refused")
+	require.Equal(t, contracts.StatusApprovalPending, last(), "not ACME's approver: nothing ran")
+	loadSeed(t, ctx, b.tenantSeeds["ACME"])
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(art+" button.approve"))))
+	waitText(t, ctx, art+" .outcome", "approved")
+	require.Eventually(t, func() bool { return last() == contracts.StatusCompleted }, 20*time.Second, 20*time.Millisecond)
+}
+
 // loadSeed types seed into the approvals page's key field and waits until
 // the page signs with it.
 func loadSeed(t *testing.T, ctx context.Context, seed string) {

@@ -11,7 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolq/toolq/cmd/toolq/internal/operator"
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
 	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/shell"
@@ -74,7 +76,7 @@ func TestDecideRelaysOnlyWhatItShould(t *testing.T) {
 	}{
 		"another plan":   {sign(func(d *contracts.ExecDecision) { d.Hash = strings.Repeat("0", 64) }), http.StatusConflict, "reload the page"},
 		"unknown":        {sign(func(d *contracts.ExecDecision) { d.ApprovalID = "nope" }), http.StatusNotFound, "unknown or expired"},
-		"a tenant's":     {sign(func(d *contracts.ExecDecision) { d.Tenant = "ACME" }), http.StatusBadRequest, "through the tenant's own account"},
+		"another tenant": {sign(func(d *contracts.ExecDecision) { d.Tenant = "ACME" }), http.StatusNotFound, "of tenant ACME is unknown"},
 		"always":         {sign(func(d *contracts.ExecDecision) { d.Always = true }), http.StatusBadRequest, "always"},
 		"tampered":       {strings.Replace(sign(nil), `"verdict":"approve"`, `"verdict":"deny"`, 1), http.StatusBadRequest, "does not verify"},
 		"unknown fields": {`{"decision":{},"seed":"SU"}`, http.StatusBadRequest, "unknown field"},
@@ -196,4 +198,80 @@ func TestRunsPage(t *testing.T) {
 	require.Contains(t, job, "Result so far")
 	require.Contains(t, job, "before the call")
 	require.NotContains(t, body(t, get(t, b.url+"runs?tenant=ACME")), run.ID, "another tenant's filter")
+}
+
+// TestDecideForTenants: a named tenant's approval is decided on that
+// tenant's decide subject, and only by that tenant's approver: the
+// default tenant's approver and another tenant's are refused by the exec
+// worker, and a decision naming another tenant finds no approval there.
+func TestDecideForTenants(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, &options{tenants: []string{"ACME", "GLOBEX"}})
+	ctx := testutil.Context(t, 30*time.Second)
+	job, last := b.pendingTenantExec(t, "ACME", "uname -m")
+
+	page := body(t, get(t, b.url+"approvals?tenant=ACME"))
+	require.Contains(t, page, `data-tenant="ACME"`)
+	require.Contains(t, page, `class="approve"`, "a tenant's approval can be decided here")
+	require.NotContains(t, body(t, get(t, b.url+"approvals?tenant=GLOBEX")), job.ID)
+
+	rec, err := b.console.approval(ctx, "ACME", job.ID)
+	require.NoError(t, err)
+	require.Equal(t, "ACME", rec.Approval.Tenant)
+	decide := func(seed string, mut func(*contracts.ExecDecision)) (int, decideReply) {
+		t.Helper()
+		d := shell.NewDecision(&rec.Approval, shell.Approve, false, "", time.Now())
+		if mut != nil {
+			mut(&d)
+		}
+		d, err := shell.SignDecision(d, []byte(seed))
+		require.NoError(t, err)
+		data, err := json.Marshal(contracts.ExecDecideInput{Decision: d})
+		require.NoError(t, err)
+		code, out, _ := b.post(t, "approvals/decide", string(data))
+		var rep decideReply
+		require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+		return code, rep
+	}
+	for name, seed := range map[string]string{"the default tenant's approver": b.seed, "GLOBEX's approver": b.tenantSeeds["GLOBEX"]} {
+		code, rep := decide(seed, nil)
+		require.Equal(t, http.StatusOK, code, name)
+		require.False(t, rep.OK, name)
+		require.Equal(t, contracts.CodeDenied, rep.Error.Code, "%s: %s", name, rep.Error.Message)
+	}
+	code, rep := decide(b.tenantSeeds["GLOBEX"], func(d *contracts.ExecDecision) { d.Tenant = "GLOBEX" })
+	require.Equal(t, http.StatusNotFound, code, "GLOBEX has no approval %s: %+v", job.ID, rep)
+	require.Equal(t, contracts.StatusApprovalPending, last(), "nothing ran")
+
+	code, rep = decide(b.tenantSeeds["ACME"], nil)
+	require.Equal(t, http.StatusOK, code)
+	require.True(t, rep.OK, "%+v", rep.Error)
+	require.Equal(t, contracts.ExecApprovalApproved, rep.Status)
+	require.Eventually(t, func() bool { return last() == contracts.StatusCompleted }, 20*time.Second, 20*time.Millisecond)
+}
+
+// pendingTenantExec publishes command as an exec job of tenant (from the
+// toolq account, as the tenant's import would put it) and returns it once
+// it waits for approval, with a reader of its last status.
+func (b *bundle) pendingTenantExec(t *testing.T, tenant, command string) (*contracts.Job, func() contracts.Status) {
+	t.Helper()
+	ctx := testutil.Context(t, 30*time.Second)
+	js := testutil.JetStream(t, b.nc)
+	events, err := bus.NewEvents(ctx, js, contracts.Subjects{})
+	require.NoError(t, err)
+	input, err := json.Marshal(contracts.ExecInput{Command: command})
+	require.NoError(t, err)
+	job := &contracts.Job{ID: strings.ToLower(tenant) + "-exec", Tool: contracts.ToolExec, Session: "agent", Input: input, Tenant: tenant}
+	_, err = operator.PublishJob(ctx, js, contracts.Subjects{}, job)
+	require.NoError(t, err)
+	last := func() contracts.Status {
+		ev, _, err := events.LastIn(ctx, tenant, "agent", job.ID)
+		require.NoError(t, err)
+		if ev == nil {
+			return ""
+		}
+		return ev.Data.Status
+	}
+	require.Eventually(t, func() bool { return last() == contracts.StatusApprovalPending }, 10*time.Second, 20*time.Millisecond)
+	return job, last
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
 	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/sandbox"
@@ -43,8 +44,10 @@ type bundle struct {
 	console *Server
 	url     string
 	flaky   *flaky
-	// seed is the trusted approver's nkey seed.
-	seed string
+	// seed is the trusted approver's nkey seed; tenantSeeds each
+	// tenant's approver's.
+	seed        string
+	tenantSeeds map[string]string
 }
 
 // options are setup's: the console's configuration, and whether the
@@ -52,6 +55,9 @@ type bundle struct {
 type options struct {
 	console  *Config
 	codeMode bool
+	// tenants are registered, each with an approver of its own, and
+	// served by the worker.
+	tenants []string
 }
 
 func setup(t *testing.T, cfg *Config) *bundle {
@@ -76,11 +82,24 @@ func setupWith(t *testing.T, o *options) *bundle {
 	ctx := testutil.Context(t, 30*time.Second)
 	log := slog.New(slog.DiscardHandler)
 	wnc := srv.Connect(t)
-	w, err := worker.New(wnc, &worker.Config{Logger: log, Builtins: true, StopTimeout: time.Second})
+	b.tenantSeeds = map[string]string{}
+	for _, name := range o.tenants {
+		kp, err := nkeys.CreateUser()
+		require.NoError(t, err)
+		seed, err := kp.Seed()
+		require.NoError(t, err)
+		pub, err := kp.PublicKey()
+		require.NoError(t, err)
+		b.tenantSeeds[name] = string(seed)
+		require.NoError(t, bus.AddTenant(ctx, testutil.JetStream(t, wnc), bus.Config{}, contracts.TenantRecord{Name: name, Approvers: []string{pub}}))
+	}
+	tenants := len(o.tenants) > 0
+	w, err := worker.New(wnc, &worker.Config{Logger: log, Builtins: true, StopTimeout: time.Second, Tenants: tenants})
 	require.NoError(t, err)
 	require.NoError(t, w.Register("flaky", b.flaky, &worker.ToolConfig{Retry: worker.RetryPolicy{MaxAttempts: 1}}))
 	_, err = shellexec.Register(w, wnc, &shellexec.Config{
 		Policy: shell.Policy{Security: shell.SecurityAllowlist, Ask: shell.AskOnMiss}, Approvers: []string{pub}, Logger: log,
+		Tenants: tenants,
 	})
 	require.NoError(t, err)
 	if o.codeMode {
