@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"bufio"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/shell"
+	"github.com/toolq/toolq/tools/codeexec"
 )
 
 // post sends a form (or JSON when body starts with "{") to the console as
@@ -274,4 +276,35 @@ func (b *bundle) pendingTenantExec(t *testing.T, tenant, command string) (*contr
 	}
 	require.Eventually(t, func() bool { return last() == contracts.StatusApprovalPending }, 10*time.Second, 20*time.Millisecond)
 	return job, last
+}
+
+// TestBreakersPage: a breaker change a worker announces (the CloudEvent of
+// `toolq worker`'s OnBreakerChange) shows on the breakers page and in the
+// breaker feed.
+func TestBreakersPage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := testutil.Context(t, 10*time.Second)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.url+"live?kind=breaker", nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	lines := bufio.NewScanner(resp.Body)
+	require.True(t, lines.Scan(), "the feed is open")
+
+	change := codeexec.BreakerChange{Provider: "xai", Model: "grok-4", From: codeexec.BreakerClosed, To: codeexec.BreakerOpen, At: time.Now().UTC()}
+	data, err := json.Marshal(map[string]any{"specversion": "1.0", "type": "toolq.provider.breaker_changed", "time": change.At, "data": change})
+	require.NoError(t, err)
+	require.NoError(t, b.nc.Publish(contracts.Subjects{}.Breaker("xai"), data))
+	for lines.Scan() {
+		if item, ok := strings.CutPrefix(lines.Text(), "data: "); ok {
+			require.Contains(t, item, `"kind":"breaker"`)
+			require.Contains(t, item, `"model":"grok-4"`)
+			require.Contains(t, item, `"status":"open"`)
+			break
+		}
+	}
+	page := body(t, get(t, b.url+"breakers"))
+	require.Contains(t, page, `<td data-label="Model">grok-4</td><td data-label="State" class="status s-open">open</td>`)
 }
