@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolq/toolq/cmd/toolq/internal/operator"
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
 )
 
 // maxDeadLetters bounds the DLQ page's table.
@@ -132,7 +133,12 @@ func (s *Server) handleRequeue(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, "dlq", p, err)
 		return
 	}
-	res, err := q.Requeue(ctx, d, s.events)
+	events, err := bus.NewEvents(ctx, s.js, s.cfg.Subjects)
+	if err != nil {
+		s.fail(w, r, "dlq", p, err)
+		return
+	}
+	res, err := q.Requeue(ctx, d, events)
 	if err != nil {
 		s.fail(w, r, "dlq", p, err)
 		return

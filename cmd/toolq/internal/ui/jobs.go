@@ -62,6 +62,9 @@ func (s *Server) eventFilters(f filter) []string {
 // subject.
 func (s *Server) readEvents(ctx context.Context, subjects []string, window int, fn func(tenant string, ev *contracts.Event)) error {
 	st, err := s.js.Stream(ctx, s.cfg.Subjects.EventsStream())
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil // no worker made toolq's streams yet: no events
+	}
 	if err != nil {
 		return fmt.Errorf("events stream: %w", err)
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolq/toolq/internal/bus"
 	"github.com/toolq/toolq/internal/lifecycle"
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/scheduler"
@@ -47,13 +46,12 @@ type Server struct {
 	mux   *http.ServeMux
 
 	// Set by start.
-	p      *producer.Producer
-	sched  *scheduler.Client
-	events *bus.Events
-	srv    *http.Server
-	ln     net.Listener
-	wg     sync.WaitGroup
-	url    string
+	p     *producer.Producer
+	sched *scheduler.Client
+	srv   *http.Server
+	ln    net.Listener
+	wg    sync.WaitGroup
+	url   string
 }
 
 // New makes the console on nc, a connection of the toolq account (an
@@ -118,13 +116,6 @@ func (s *Server) start(ctx context.Context) error {
 		p.Close()
 		return err
 	}
-	ectx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	events, err := bus.NewEvents(ectx, s.js, s.cfg.Subjects)
-	cancel()
-	if err != nil {
-		p.Close()
-		return fmt.Errorf("ui: events stream: %w", err)
-	}
 	if err := s.hub.subscribe(s.nc); err != nil {
 		p.Close()
 		return fmt.Errorf("ui: subscribe: %w", err)
@@ -136,7 +127,7 @@ func (s *Server) start(ctx context.Context) error {
 		p.Close()
 		return fmt.Errorf("ui: listen: %w", err)
 	}
-	s.p, s.sched, s.events, s.ln = p, sched, events, ln
+	s.p, s.sched, s.ln = p, sched, ln
 	s.url = "http://" + ln.Addr().String() + "/"
 	s.srv = &http.Server{
 		// No write timeout: the live feeds are long responses.
