@@ -480,7 +480,7 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 	cmd.Flags().StringVar(&dataDir, "data", ".toolq/dev", "JetStream data directory, kept across restarts")
 	cmd.Flags().BoolVar(&once, "once", false, "exit after the self-check job instead of serving")
 	cmd.Flags().BoolVar(&logs, "server-logs", false, "print the embedded server's logs")
-	console.register(cmd, "ui-listen", "; empty: no console")
+	console.register(cmd, "ui-", "; empty: no console")
 	cmd.Flags().BoolVar(&demoProvider, "demo-provider", false,
 		"answer code_execution from a local stand-in for xAI's API on 127.0.0.1 that calls no model (canned, labelled results; no key needed)")
 	return cmd

@@ -12,21 +12,24 @@ import (
 	"github.com/toolq/toolq/cmd/toolq/internal/ui"
 )
 
-// uiFlags are the web console's flags, of `toolq ui` and `toolq dev`.
+// uiFlags are the web console's flags: --listen and --token-file of
+// `toolq ui`, --ui-listen and --ui-token-file of `toolq dev`.
 type uiFlags struct {
 	listen, tokenFile string
+	tokenFlag         string
 }
 
-func (f *uiFlags) register(cmd *cobra.Command, flag, more string) {
-	cmd.Flags().StringVar(&f.listen, flag, ui.DefaultListen,
+func (f *uiFlags) register(cmd *cobra.Command, prefix, more string) {
+	f.tokenFlag = "--" + prefix + "token-file"
+	cmd.Flags().StringVar(&f.listen, prefix+"listen", ui.DefaultListen,
 		"web console address (a bare PORT binds 127.0.0.1; any other than a loopback one needs a token)"+more)
-	cmd.Flags().StringVar(&f.tokenFile, "ui-token-file", "",
+	cmd.Flags().StringVar(&f.tokenFile, prefix+"token-file", "",
 		fmt.Sprintf("file with the web console's access token (at least %d bytes; or env TOOLQ_UI_TOKEN); required for a non-loopback address", minTokenBytes))
 }
 
 // start makes and starts the console on nc, an operator's connection.
 func (f *uiFlags) start(ctx context.Context, g *globals, nc *nats.Conn) (*ui.Server, error) {
-	token, err := readToken("--ui-token-file", f.tokenFile, "TOOLQ_UI_TOKEN")
+	token, err := readToken(f.tokenFlag, f.tokenFile, "TOOLQ_UI_TOKEN")
 	if err != nil {
 		return nil, err
 	}
@@ -57,20 +60,21 @@ func newUICmd(g *globals) *cobra.Command {
 		Short: "Serve the web console: jobs, runs, approvals, dead letters, schedules, breakers (operator)",
 		Long: `ui serves the web console on --listen (127.0.0.1:8470 by default): jobs
 with their event timelines and results, code-mode runs, exec approvals with
-their whole plan, dead letters (requeue, purge), schedules (add, remove)
-and provider breakers, updated live from NATS.
+their whole plan, dead letters (requeue, purge), schedules (add, pause,
+resume, remove) and provider breakers, updated live from NATS.
 
 Approvals are signed in the browser with your own approver nkey seed,
 which never leaves the page; the console relays the signed decision as
-toolq approve does, and the exec worker alone decides whether to trust it.
+toolq approve does (a tenant's approval on that tenant's decide subject),
+and the exec worker alone decides whether to trust it.
 
 It is an operator surface: it connects with the toolq account's
 credentials (like dlq and jobs ls) and shows every tenant, with a tenant
 filter; a tenant's credentials are refused. Any address other than a
-loopback one needs a token (--ui-token-file or TOOLQ_UI_TOKEN); the
-browser logs in with it once.`,
+loopback one needs a token (--token-file or TOOLQ_UI_TOKEN); the browser
+logs in with it once.`,
 		Example: `  toolq ui
-  toolq ui --listen 0.0.0.0:8470 --ui-token-file /run/secrets/console-token`,
+  toolq ui --listen 0.0.0.0:8470 --token-file /run/secrets/console-token`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -93,6 +97,6 @@ browser logs in with it once.`,
 			return nil
 		},
 	}
-	f.register(cmd, "listen", "")
+	f.register(cmd, "", "")
 	return cmd
 }

@@ -61,7 +61,7 @@ func TestUICommand(t *testing.T) {
 	require.Contains(t, errOut, "not a loopback address")
 	short := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(short, []byte("short\n"), 0o600))
-	code, _, errOut = run(t, "--nats", url, "ui", "--listen", "0.0.0.0:0", "--ui-token-file", short)
+	code, _, errOut = run(t, "--nats", url, "ui", "--listen", "0.0.0.0:0", "--token-file", short)
 	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, "at least 16 bytes")
 }
