@@ -88,15 +88,7 @@ func (s *Server) handleDeadLetter(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 	defer cancel()
-	q, err := operator.OpenDLQ(ctx, s.js, s.cfg.Subjects)
-	if err != nil {
-		s.fail(w, r, "deadletter", p, err)
-		return
-	}
-	d, err := q.Get(ctx, seq)
-	if err == nil && d == nil {
-		err = contracts.Errorf(contracts.CodeInvalidInput, "no dead letter %d (requeued, purged or aged out)", seq)
-	}
+	_, d, err := s.deadLetter(ctx, seq)
 	if err != nil {
 		s.fail(w, r, "deadletter", p, err)
 		return
@@ -110,6 +102,20 @@ func (s *Server) handleDeadLetter(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, "deadletter", p)
 }
 
+// deadLetter opens the DLQ and reads the dead letter at seq; one that is
+// gone is invalid input.
+func (s *Server) deadLetter(ctx context.Context, seq uint64) (*operator.DLQ, *operator.DeadLetter, error) {
+	q, err := operator.OpenDLQ(ctx, s.js, s.cfg.Subjects)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := q.Get(ctx, seq)
+	if err == nil && d == nil {
+		err = contracts.Errorf(contracts.CodeInvalidInput, "no dead letter %d (requeued, purged or aged out)", seq)
+	}
+	return q, d, err
+}
+
 // handleRequeue requeues one dead letter, as `toolq dlq requeue SEQ`.
 func (s *Server) handleRequeue(w http.ResponseWriter, r *http.Request) {
 	p := &page{Title: "Dead letters", Nav: "dlq", Data: &dlqData{}}
@@ -120,15 +126,7 @@ func (s *Server) handleRequeue(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 	defer cancel()
-	q, err := operator.OpenDLQ(ctx, s.js, s.cfg.Subjects)
-	if err != nil {
-		s.fail(w, r, "dlq", p, err)
-		return
-	}
-	d, err := q.Get(ctx, seq)
-	if err == nil && d == nil {
-		err = contracts.Errorf(contracts.CodeInvalidInput, "no dead letter %d (requeued, purged or aged out)", seq)
-	}
+	q, d, err := s.deadLetter(ctx, seq)
 	if err != nil {
 		s.fail(w, r, "dlq", p, err)
 		return

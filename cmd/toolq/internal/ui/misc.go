@@ -110,9 +110,7 @@ func (s *Server) handleScheduleAdd(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	created, err := s.sched.Create(ctx, &sc)
 	if err != nil {
-		list, _ := s.sched.List(ctx)
-		p.Data = list
-		s.fail(w, r, "schedules", p, err)
+		s.failSchedules(ctx, w, r, p, err)
 		return
 	}
 	s.log.Info("console added a schedule", "id", created.ID, "tool", created.Job.Tool)
@@ -130,9 +128,7 @@ func (s *Server) handleScheduleRemove(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 	defer cancel()
 	if err := s.sched.Delete(ctx, id); err != nil {
-		list, _ := s.sched.List(ctx)
-		p.Data = list
-		s.fail(w, r, "schedules", p, err)
+		s.failSchedules(ctx, w, r, p, err)
 		return
 	}
 	s.log.Info("console removed a schedule", "id", id)
@@ -159,11 +155,16 @@ func (s *Server) handleSchedulePause(w http.ResponseWriter, r *http.Request) {
 		err = s.sched.Pause(ctx, id)
 	}
 	if err != nil {
-		list, _ := s.sched.List(ctx)
-		p.Data = list
-		s.fail(w, r, "schedules", p, err)
+		s.failSchedules(ctx, w, r, p, err)
 		return
 	}
 	s.log.Info("console "+done+" a schedule", "id", id)
 	redirectDone(w, r, "/schedules", done, id, 0)
+}
+
+// failSchedules shows the schedules page with err above the list.
+func (s *Server) failSchedules(ctx context.Context, w http.ResponseWriter, r *http.Request, p *page, err error) {
+	list, _ := s.sched.List(ctx)
+	p.Data = list
+	s.fail(w, r, "schedules", p, err)
 }
