@@ -427,7 +427,11 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 			// taken (another dev running).
 			var con *ui.Server
 			if console.listen != "" {
-				if con, err = console.start(ctx, g, nc); err != nil {
+				hint := f.exec.approverSeed
+				if abs, err := filepath.Abs(hint); err == nil && hint != "" {
+					hint = abs
+				}
+				if con, err = console.start(ctx, g, nc, hint); err != nil {
 					g.log.Warn("web console not started", slog.Any("err", err))
 				}
 				defer stopUI(con)

@@ -27,13 +27,14 @@ func (f *uiFlags) register(cmd *cobra.Command, prefix, more string) {
 		fmt.Sprintf("file with the web console's access token (at least %d bytes; or env TOOLQ_UI_TOKEN); required for a non-loopback address", minTokenBytes))
 }
 
-// start makes and starts the console on nc, an operator's connection.
-func (f *uiFlags) start(ctx context.Context, g *globals, nc *nats.Conn) (*ui.Server, error) {
+// start makes and starts the console on nc, an operator's connection;
+// seedHint is where dev keeps its approver seed ("" for none).
+func (f *uiFlags) start(ctx context.Context, g *globals, nc *nats.Conn, seedHint string) (*ui.Server, error) {
 	token, err := readToken(f.tokenFlag, f.tokenFile, "TOOLQ_UI_TOKEN")
 	if err != nil {
 		return nil, err
 	}
-	srv, err := ui.New(nc, &ui.Config{Subjects: g.subjects(), Listen: f.listen, Token: token, Timeout: g.timeout, Logger: g.logger()})
+	srv, err := ui.New(nc, &ui.Config{Subjects: g.subjects(), Listen: f.listen, Token: token, Timeout: g.timeout, SeedHint: seedHint, Logger: g.logger()})
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +84,7 @@ logs in with it once.`,
 				return err
 			}
 			defer nc.Close()
-			srv, err := f.start(ctx, g, nc)
+			srv, err := f.start(ctx, g, nc, "")
 			if err != nil {
 				return err
 			}

@@ -38,7 +38,7 @@ func TestUITenants(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(onc.Close)
 	g := &globals{prefix: contracts.DefaultPrefix, log: slog.New(slog.DiscardHandler), timeout: 10 * time.Second, stdout: io.Discard, stderr: io.Discard}
-	con, err := (&uiFlags{listen: "127.0.0.1:0"}).start(testutil.Context(t, 10*time.Second), g, onc)
+	con, err := (&uiFlags{listen: "127.0.0.1:0"}).start(testutil.Context(t, 10*time.Second), g, onc, "")
 	require.NoError(t, err)
 	t.Cleanup(func() { stopUI(con) })
 

@@ -34,6 +34,12 @@ type approvalRow struct {
 	HashOK bool
 }
 
+// approvalsData is the approvals page.
+type approvalsData struct {
+	Rows     []approvalRow
+	SeedHint string
+}
+
 func (s *Server) approvals(ctx context.Context, f filter) ([]approvalRow, error) {
 	kv, err := s.js.KeyValue(ctx, s.cfg.Subjects.ApprovalsBucket())
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -101,7 +107,7 @@ func (s *Server) handleApprovals(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	p.Tenants = s.tenants(ctx)
 	rows, err := s.approvals(ctx, f)
-	p.Data = rows
+	p.Data = &approvalsData{Rows: rows, SeedHint: s.cfg.SeedHint}
 	if err != nil {
 		s.fail(w, r, "approvals", p, err)
 		return

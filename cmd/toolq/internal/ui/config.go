@@ -36,6 +36,10 @@ type Config struct {
 	// DecideSession is the session of the exec.decide jobs the console
 	// relays; "approvals" by default, as `toolq approve`.
 	DecideSession string
+	// SeedHint, when set, is where the approvals page says an approver
+	// seed is kept (toolq dev's path). The console never reads the file:
+	// the person loads it into the page.
+	SeedHint string
 	// Logger receives the console's logs; slog.Default() when nil.
 	Logger *slog.Logger
 }

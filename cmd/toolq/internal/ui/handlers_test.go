@@ -56,8 +56,11 @@ func body(t *testing.T, resp *http.Response) string {
 // signed by the key it names; the rest is refused before the bus.
 func TestDecideRelaysOnlyWhatItShould(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
+	b := setup(t, &Config{SeedHint: "/home/op/.toolq/dev/approver.seed"})
 	id := b.pendingExec(t, "uname -r")
+	page := body(t, get(t, b.url+"approvals"))
+	require.Contains(t, page, `id="approval-`+id+`"`)
+	require.Contains(t, page, "<code>/home/op/.toolq/dev/approver.seed</code>", "dev says where its seed is")
 	rec, err := b.p.Approval(testutil.Context(t, 5*time.Second), id)
 	require.NoError(t, err)
 	sign := func(mut func(*contracts.ExecDecision)) string {
