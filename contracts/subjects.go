@@ -105,6 +105,14 @@ func (s Subjects) SessionEvents(session string) string { return s.p() + ".events
 // Events is the wildcard of every event subject.
 func (s Subjects) Events() string { return s.p() + ".events.>" }
 
+// Breaker is the core subject a worker publishes provider's breaker
+// changes on (a toolq.provider.breaker_changed CloudEvent): the toolq
+// account's, never a tenant's.
+func (s Subjects) Breaker(provider string) string { return s.p() + ".system.breakers." + provider }
+
+// Breakers matches every provider's Breaker subject.
+func (s Subjects) Breakers() string { return s.p() + ".system.breakers.*" }
+
 // DLQ is the dead-letter subject of tool.
 func (s Subjects) DLQ(tool string) string { return s.p() + ".dlq." + tool }
 

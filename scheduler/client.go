@@ -36,6 +36,12 @@ type Scheduler interface {
 	// Delete removes a schedule; it never fires after Delete returns. A
 	// missing id is ErrNotFound.
 	Delete(ctx context.Context, id string) error
+	// Pause stops a periodic schedule's firings until Resume: a firing
+	// that comes due while it is paused is skipped, never caught up later.
+	// A one-shot schedule (at, in) does not pause: remove it instead.
+	Pause(ctx context.Context, id string) error
+	// Resume lets a paused schedule fire again from its next fire time.
+	Resume(ctx context.Context, id string) error
 
 	// Start runs the engine until Stop. A failed Start leaves nothing
 	// running; Start may be called again after it, or after Stop.
@@ -58,6 +64,8 @@ type Info struct {
 	Next time.Time `json:"next,omitzero"`
 	// LastFire is the fire time of the last job enqueued, if any.
 	LastFire time.Time `json:"last_fire,omitzero"`
+	// Paused says firings are skipped until Resume.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // ClientConfig configures a Client. The zero value is usable.
@@ -198,8 +206,9 @@ func (c *Client) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	return kv, nil
 }
 
-func defKey(id string) string   { return "def." + id }
-func firedKey(id string) string { return "fired." + id }
+func defKey(id string) string    { return "def." + id }
+func firedKey(id string) string  { return "fired." + id }
+func pausedKey(id string) string { return "paused." + id }
 
 // Create validates s, stores it and returns the stored copy.
 func (c *Client) Create(ctx context.Context, s *Schedule) (*Schedule, error) {
@@ -226,9 +235,10 @@ func (c *Client) Create(ctx context.Context, s *Schedule) (*Schedule, error) {
 		}
 		return nil, fmt.Errorf("scheduler: create %s: %w", cp.ID, err)
 	}
-	// A leftover fire time of an earlier schedule with this id must not
-	// suppress the new one's firings.
+	// A leftover fire time or pause of an earlier schedule with this id
+	// must not suppress the new one's firings.
 	_ = kv.Purge(ctx, firedKey(cp.ID))
+	_ = kv.Purge(ctx, pausedKey(cp.ID))
 	c.log.Info("schedule created", slog.String("id", cp.ID), slog.String("spec", cp.Spec()), slog.String("tool", cp.Job.Tool))
 	return &cp, nil
 }
@@ -248,11 +258,19 @@ func (c *Client) Get(ctx context.Context, id string) (*Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.info(s, last), nil
+	paused, err := c.paused(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.info(s, last, paused), nil
 }
 
-func (c *Client) info(s *Schedule, last time.Time) *Info {
-	return &Info{Schedule: s, Next: s.Next(c.now()), LastFire: last}
+func (c *Client) info(s *Schedule, last time.Time, paused bool) *Info {
+	in := &Info{Schedule: s, LastFire: last, Paused: paused}
+	if !paused {
+		in.Next = s.Next(c.now())
+	}
+	return in
 }
 
 // List returns every schedule, ordered by id.
@@ -287,7 +305,11 @@ func (c *Client) List(ctx context.Context) ([]*Info, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, c.info(s, last))
+		paused, err := c.paused(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c.info(s, last, paused))
 	}
 	return out, nil
 }
@@ -313,8 +335,71 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 		return fmt.Errorf("scheduler: delete %s: %w", id, err)
 	}
 	_ = kv.Purge(ctx, firedKey(id))
+	_ = kv.Purge(ctx, pausedKey(id))
 	c.log.Info("schedule deleted", slog.String("id", id))
 	return nil
+}
+
+// Pause stops schedule id's firings until Resume. It marks the schedule
+// under its own key, which the engines do not watch: they go on ticking,
+// and each firing that comes due finds the mark and is skipped (recorded
+// as fired, so that neither a resume nor a restart catches it up). A
+// one-shot schedule is refused: it would be lost at its fire time.
+func (c *Client) Pause(ctx context.Context, id string) error {
+	return c.setPaused(ctx, id, true)
+}
+
+// Resume lets a paused schedule fire again from its next fire time;
+// resuming one that is not paused does nothing.
+func (c *Client) Resume(ctx context.Context, id string) error {
+	return c.setPaused(ctx, id, false)
+}
+
+func (c *Client) setPaused(ctx context.Context, id string, paused bool) error {
+	if err := contracts.ValidateID("schedule id", id); err != nil {
+		return err
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	s, err := c.load(ctx, id)
+	if err != nil {
+		return err
+	}
+	kv, err := c.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	if !paused {
+		if err := kv.Purge(ctx, pausedKey(id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("scheduler: resume %s: %w", id, err)
+		}
+		c.log.Info("schedule resumed", slog.String("id", id))
+		return nil
+	}
+	if k := s.Kind(); k == KindAt {
+		return invalid("schedule %s fires once: a one-shot schedule does not pause (remove it instead)", id)
+	}
+	if _, err := kv.Put(ctx, pausedKey(id), []byte(strconv.FormatInt(c.now().Unix(), 10))); err != nil {
+		return fmt.Errorf("scheduler: pause %s: %w", id, err)
+	}
+	c.log.Info("schedule paused", slog.String("id", id))
+	return nil
+}
+
+// paused reports whether schedule id is paused.
+func (c *Client) paused(ctx context.Context, id string) (bool, error) {
+	kv, err := c.bucket(ctx)
+	if err != nil {
+		return false, err
+	}
+	_, err = kv.Get(ctx, pausedKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("scheduler: paused %s: %w", id, err)
+	}
+	return true, nil
 }
 
 // load reads the definition of id.
@@ -379,6 +464,18 @@ func (c *Client) fire(ctx context.Context, s *Schedule, t time.Time) (bool, erro
 	}
 	if !last.IsZero() && !t.After(last) {
 		return false, nil
+	}
+	if s.Kind() != KindAt {
+		paused, err := c.paused(ctx, s.ID)
+		if err != nil {
+			return false, err
+		}
+		if paused {
+			// Skipped, and recorded as fired: a resume goes on from the
+			// next fire time instead of catching this one up.
+			c.log.Debug("paused schedule skipped", slog.String("id", s.ID), slog.Time("fire_time", t))
+			return false, c.markFired(ctx, s.ID, t)
+		}
 	}
 	job := s.Job.build(s.ID, t)
 	var tp string

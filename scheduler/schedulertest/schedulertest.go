@@ -57,6 +57,7 @@ func Run(t *testing.T, d Driver) {
 		{"EveryFiresOncePerInterval", testEvery},
 		{"CronWithTimeZone", testCron},
 		{"DeleteStopsFirings", testDelete},
+		{"PauseSkipsFiringsResumeGoesOn", testPause},
 		{"TwoInstancesOneJobPerFiring", testTwoInstances},
 		{"RestartKeepsSchedulesAndCatchesUpOnce", testRestart},
 		{"SameInstanceStartsAgain", testStartAgain},

@@ -130,6 +130,46 @@ func testDelete(t *testing.T, d Driver) {
 	}
 }
 
+// A paused schedule fires nothing; resumed, it fires again from its next
+// fire time, and the firings it skipped are not caught up.
+func testPause(t *testing.T, d Driver) {
+	t.Helper()
+	b := setup(t, d)
+	e := b.engine(t)
+	ctx := ctxT(t, 30*time.Second)
+	s, err := e.Create(ctx, b.schedule(scheduler.Schedule{ID: "nap", Every: time.Second}))
+	require.NoError(t, err)
+	b.jobs.waitN(t, 1, 6*time.Second)
+	require.NoError(t, e.Pause(ctx, s.ID))
+	paused := time.Now()
+	in, err := e.Get(ctx, s.ID)
+	require.NoError(t, err)
+	require.True(t, in.Paused)
+	require.True(t, in.Next.IsZero(), "a paused schedule has no next fire time")
+	// Three fire times pass; only a firing already under way at the pause
+	// may still land, and only within its second.
+	sleepUntil(paused.Add(3 * time.Second))
+	before := b.jobs.all()
+	for _, j := range before {
+		require.Less(t, j.Stored.Sub(paused), time.Second, "job %s stored while paused", j.ID)
+	}
+	require.NoError(t, e.Resume(ctx, s.ID))
+	resumed := time.Now()
+	all := b.jobs.waitN(t, len(before)+2, 6*time.Second)
+	for _, j := range all[len(before):] {
+		require.False(t, j.FireTime.Before(resumed.Add(-time.Second)), "job %s catches up a skipped firing (%s)", j.ID, j.FireTime)
+	}
+	requireOnePerFiring(t, s.ID, all)
+	in, err = e.Get(ctx, s.ID)
+	require.NoError(t, err)
+	require.False(t, in.Paused)
+
+	once, err := e.Create(ctx, b.schedule(scheduler.Schedule{ID: "once", In: time.Hour}))
+	require.NoError(t, err)
+	require.ErrorIs(t, e.Pause(ctx, once.ID), &contracts.Error{Code: contracts.CodeInvalidInput}, "a one-shot schedule does not pause")
+	require.ErrorIs(t, e.Pause(ctx, "nope"), scheduler.ErrNotFound)
+}
+
 // Two scheduler instances at once: one job per firing over 20 firings.
 func testTwoInstances(t *testing.T, d Driver) {
 	t.Helper()

@@ -268,17 +268,19 @@ func isEnded(err error) bool { return errors.Is(err, worker.ErrJobEnded) }
 
 // RunInfo describes a suspended run, as `toolq runs` lists it.
 type RunInfo struct {
-	RunID      string    `json:"runId"`
-	Session    string    `json:"session"`
-	Tenant     string    `json:"tenant,omitempty"`
-	Status     string    `json:"status"`
-	Reason     string    `json:"reason,omitempty"`
-	Pending    int       `json:"pending"`
-	Results    int       `json:"results"`
-	AutoResume bool      `json:"autoResume,omitempty"`
-	Snapshot   int       `json:"snapshotBytes"`
-	Suspended  time.Time `json:"suspendedAt"`
-	Expires    time.Time `json:"expiresAt"`
+	RunID      string `json:"runId"`
+	Session    string `json:"session"`
+	Tenant     string `json:"tenant,omitempty"`
+	Status     string `json:"status"`
+	Reason     string `json:"reason,omitempty"`
+	Pending    int    `json:"pending"`
+	Results    int    `json:"results"`
+	AutoResume bool   `json:"autoResume,omitempty"`
+	Snapshot   int    `json:"snapshotBytes"`
+	// Waits is how many times the run suspended (its waiting events).
+	Waits     int       `json:"waits"`
+	Suspended time.Time `json:"suspendedAt"`
+	Expires   time.Time `json:"expiresAt"`
 }
 
 // ListRuns lists the runs in the runs bucket, of one session of the
@@ -318,7 +320,7 @@ func ListRuns(ctx context.Context, js jetstream.JetStream, subjects contracts.Su
 		out = append(out, RunInfo{
 			RunID: r.RunID, Session: r.Session, Tenant: tenant, Status: r.Status, Reason: r.Reason,
 			Pending: len(r.Pending), Results: len(r.Results), AutoResume: r.AutoResume,
-			Snapshot: r.SnapshotBytes, Suspended: r.SuspendedAt, Expires: r.ExpiresAt,
+			Snapshot: r.SnapshotBytes, Waits: r.Waits, Suspended: r.SuspendedAt, Expires: r.ExpiresAt,
 		})
 	}
 	return out, nil

@@ -194,6 +194,7 @@ Submit a job and wait for its result:    toolq submit --tool noop --input '{"hi"
 		newToolsCmd(g),
 		newMCPCmd(g),
 		newDLQCmd(g), newJobsCmd(g),
+		newUICmd(g),
 	)
 	return root, g
 }

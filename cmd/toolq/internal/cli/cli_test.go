@@ -36,8 +36,9 @@ func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 func TestDevOnceRunsSelfCheck(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	code, out, errOut := run(t, "dev", "--once", "--listen", "127.0.0.1:-1", "--data", dir, "--log-level", "warn")
+	code, out, errOut := run(t, "dev", "--once", "--listen", "127.0.0.1:-1", "--data", dir, "--log-level", "warn", "--ui-listen", "127.0.0.1:0")
 	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `toolq dev: web console   http://127\.0\.0\.1:\d+/`, errOut)
 	require.Contains(t, errOut, "self-check job")
 	require.Contains(t, errOut, "self-check code-mode run")
 	dec := json.NewDecoder(strings.NewReader(out))

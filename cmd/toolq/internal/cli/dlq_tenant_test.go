@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolq/toolq/cmd/toolq/internal/operator"
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/bus"
 	"github.com/toolq/toolq/internal/testutil"
@@ -132,7 +133,7 @@ func TestDLQTenants(t *testing.T) {
 	newID := fmt.Sprintf("t1_rq%d", acme[0].Seq)
 	require.Contains(t, out, "as "+newID+" on toolq.t.ACME.jobs.flaky")
 	ev := awaitEvent(t, b.url, b.as("ACME"), "s", newID, contracts.StatusCompleted)
-	require.Equal(t, "t1", ev.Data.Meta[metaRequeuedFrom])
+	require.Equal(t, "t1", ev.Data.Meta[operator.MetaRequeuedFrom])
 	code, out, errOut = run(t, append(append([]string{"--nats", b.url}, b.as("GLOBEX")...), "events", "--session", "s")...)
 	require.Equal(t, 0, code, errOut)
 	require.NotContains(t, out, newID, "GLOBEX sees none of ACME's events")

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolq/toolq/cmd/toolq/internal/operator"
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/worker"
@@ -124,23 +125,23 @@ func failToDLQ(t *testing.T, url string, extra []string, tool, session, id strin
 }
 
 // dlqRows is dlq ls --json with args.
-func dlqRows(t *testing.T, url string, args ...string) []dlqRow {
+func dlqRows(t *testing.T, url string, args ...string) []operator.Row {
 	t.Helper()
 	code, out, errOut := run(t, append([]string{"--nats", url, "--json", "dlq", "ls"}, args...)...)
 	require.Equal(t, 0, code, errOut)
-	var rows []dlqRow
+	var rows []operator.Row
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 		if l == "" {
 			continue
 		}
-		var r dlqRow
+		var r operator.Row
 		require.NoError(t, json.Unmarshal([]byte(l), &r), l)
 		rows = append(rows, r)
 	}
 	return rows
 }
 
-func seqOf(t *testing.T, rows []dlqRow, jobID string) uint64 {
+func seqOf(t *testing.T, rows []operator.Row, jobID string) uint64 {
 	t.Helper()
 	for _, r := range rows {
 		if r.JobID == jobID {
@@ -237,7 +238,7 @@ func TestDLQLsShowRequeue(t *testing.T) {
 	ev := awaitEvent(t, b.url, nil, "sa", newID, contracts.StatusCompleted)
 	require.Equal(t, 1, ev.Data.Attempt)
 	require.JSONEq(t, `{"id":"job-a1"}`, string(ev.Data.Result))
-	require.Equal(t, "job-a1", ev.Data.Meta[metaRequeuedFrom])
+	require.Equal(t, "job-a1", ev.Data.Meta[operator.MetaRequeuedFrom])
 	require.Equal(t, 1, b.flaky.runsOf(newID))
 	rows = dlqRows(t, b.url)
 	require.Len(t, rows, 2)
@@ -246,7 +247,7 @@ func TestDLQLsShowRequeue(t *testing.T) {
 	// --all with a filter requeues only what it selects.
 	code, out, errOut = run(t, "--nats", b.url, "--json", "dlq", "requeue", "--all", "--tool", "flaky2")
 	require.Equal(t, 0, code, errOut)
-	var r requeued
+	var r operator.Requeued
 	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(out)), &r))
 	require.Equal(t, "job-b1", r.JobID)
 	awaitEvent(t, b.url, nil, "sb", r.RequeuedAs, contracts.StatusCompleted)
@@ -281,8 +282,8 @@ func TestDLQRequeueRerunEnqueuesOnce(t *testing.T) {
 		require.NoError(t, err)
 		msg, err := raw.GetMsg(ctx, seq)
 		require.NoError(t, err)
-		d := decodeDeadLetter(contracts.Subjects{}, seq, msg.Subject, msg.Time, msg.Data)
-		job, err := requeueJob(d)
+		d := operator.DecodeDeadLetter(contracts.Subjects{}, seq, msg.Subject, msg.Time, msg.Data)
+		job, err := operator.RequeueJob(d)
 		require.NoError(t, err)
 		data, err := json.Marshal(job)
 		require.NoError(t, err)
@@ -299,7 +300,7 @@ func TestDLQRequeueRerunEnqueuesOnce(t *testing.T) {
 	require.Eventually(t, func() bool { return b.flaky.runsOf(heldID) == 1 }, 10*time.Second, 10*time.Millisecond)
 	code, out, errOut := run(t, "--nats", b.url, "--json", "dlq", "requeue", strconv.FormatUint(heldSeq, 10))
 	require.Equal(t, 0, code, errOut)
-	var r requeued
+	var r operator.Requeued
 	require.NoError(t, json.Unmarshal([]byte(out), &r))
 	require.Equal(t, heldID, r.RequeuedAs)
 	require.True(t, r.Already, "the server took the second publish for a duplicate")
@@ -377,7 +378,7 @@ func TestDLQRequeueRefusesWhatIsNoJob(t *testing.T) {
 	ctx := testutil.Context(t, 10*time.Second)
 	_, err := b.js.Publish(ctx, "toolq.jobs.flaky", []byte(`{"not":"a job"}`), jetstream.WithMsgID("junk"))
 	require.NoError(t, err)
-	var rows []dlqRow
+	var rows []operator.Row
 	require.Eventually(t, func() bool { rows = dlqRows(t, b.url); return len(rows) == 1 }, 10*time.Second, 20*time.Millisecond)
 	junk := rows[0]
 	require.Empty(t, junk.JobID)

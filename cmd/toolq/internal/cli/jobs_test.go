@@ -8,11 +8,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolq/toolq/cmd/toolq/internal/operator"
 	"github.com/toolq/toolq/contracts"
 )
 
 // jobsLs is jobs ls --json with args: the queue rows and the job rows.
-func jobsLs(t *testing.T, url string, extra []string, args ...string) (qs []queueRow, jobs []queuedJob) {
+func jobsLs(t *testing.T, url string, extra []string, args ...string) (qs []operator.QueueRow, jobs []operator.QueuedJob) {
 	t.Helper()
 	code, out, errOut := run(t, append(append(append([]string{"--nats", url}, extra...), "--json", "jobs", "ls"), args...)...)
 	require.Equal(t, 0, code, errOut)
@@ -26,11 +27,11 @@ func jobsLs(t *testing.T, url string, extra []string, args ...string) (qs []queu
 		require.NoError(t, json.Unmarshal([]byte(l), &kind), l)
 		switch kind.Kind {
 		case "queue":
-			var q queueRow
+			var q operator.QueueRow
 			require.NoError(t, json.Unmarshal([]byte(l), &q))
 			qs = append(qs, q)
 		case "job":
-			var j queuedJob
+			var j operator.QueuedJob
 			require.NoError(t, json.Unmarshal([]byte(l), &j))
 			jobs = append(jobs, j)
 		default:
@@ -40,7 +41,7 @@ func jobsLs(t *testing.T, url string, extra []string, args ...string) (qs []queu
 	return qs, jobs
 }
 
-func queueOf(qs []queueRow, tenant, tool string) *queueRow {
+func queueOf(qs []operator.QueueRow, tenant, tool string) *operator.QueueRow {
 	for i := range qs {
 		if qs[i].Tenant == tenant && qs[i].Tool == tool {
 			return &qs[i]
@@ -79,7 +80,7 @@ func TestJobsLs(t *testing.T) {
 	// for a slot (taken, so ack-pending).
 	require.Equal(t, 4, int(q.Pending)+q.AckPending, "%+v", *q)
 	q.Pending, q.AckPending = 0, 0
-	require.Equal(t, queueRow{Kind: "queue", Tool: "flaky", Stream: "TOOLQ_JOBS", Messages: 4, Consumer: true}, *q)
+	require.Equal(t, operator.QueueRow{Kind: "queue", Tool: "flaky", Stream: "TOOLQ_JOBS", Messages: 4, Consumer: true}, *q)
 	noop := queueOf(qs, "", "noop")
 	require.NotNil(t, noop, "a served tool with an empty queue is listed")
 	require.True(t, noop.Consumer)

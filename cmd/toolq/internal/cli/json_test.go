@@ -99,6 +99,12 @@ func TestJSONEveryCommand(t *testing.T) {
 	code, out, errOut = j("schedule", "ls")
 	require.Equal(t, 0, code, errOut)
 	require.True(t, json.Valid([]byte(out)), out)
+	code, out, errOut = j("schedule", "pause", "hourly")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, []any{"hourly"}, requireJSON(t, out)["paused"])
+	code, out, errOut = j("schedule", "resume", "hourly")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, []any{"hourly"}, requireJSON(t, out)["resumed"])
 	code, out, errOut = j("schedule", "rm", "hourly")
 	require.Equal(t, 0, code, errOut)
 	require.Equal(t, []any{"hourly"}, requireJSON(t, out)["deleted"])
@@ -175,7 +181,7 @@ func TestJSONFlagReachesEveryCommand(t *testing.T) {
 	root, _ := newRoot(nil, nil)
 	covered := map[string]bool{
 		"toolq submit": true, "toolq cancel": true, "toolq events": true, "toolq exec": true, "toolq wait": true,
-		"toolq runs": true, "toolq schedule add": true, "toolq schedule ls": true, "toolq schedule rm": true,
+		"toolq runs": true, "toolq schedule add": true, "toolq schedule ls": true, "toolq schedule rm": true, "toolq schedule pause": true, "toolq schedule resume": true,
 		"toolq tenant register": true, "toolq tenant ls": true, "toolq tenant rm": true, "toolq tenant add": true,
 		"toolq keygen": true,
 		// Tested elsewhere with --json: approve and deny (TestApproveDenyJSON),
@@ -194,6 +200,9 @@ func TestJSONFlagReachesEveryCommand(t *testing.T) {
 		// (TestDLQLsShowRequeue, TestDLQPurge, TestJobsLs, TestDLQTenants).
 		"toolq dlq ls": true, "toolq dlq show": true, "toolq dlq requeue": true, "toolq dlq purge": true,
 		"toolq jobs ls": true,
+		// A server: its banner is one JSON log record with --json, and its
+		// refusal of a tenant is a JSON error (TestUITenants).
+		"toolq ui": true,
 	}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {

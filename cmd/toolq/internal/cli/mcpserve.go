@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/spf13/cobra"
 
+	"github.com/toolq/toolq/cmd/toolq/internal/ui"
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/tooldefs"
@@ -44,23 +45,24 @@ type mcpServeConfig struct {
 	Token string
 }
 
-// minTokenBytes is the shortest bearer token taken.
-const minTokenBytes = 16
+// minTokenBytes is the shortest bearer token taken (the console's too).
+const minTokenBytes = ui.MinTokenBytes
 
-// readToken reads --http-token-file (or TOOLQ_MCP_TOKEN when no file is
-// named): surrounding whitespace trimmed, at least minTokenBytes.
-func readToken(file string) (string, error) {
-	tok := os.Getenv("TOOLQ_MCP_TOKEN")
+// readToken reads a token file (flag names its flag), or the environment
+// variable env when no file is named: surrounding whitespace trimmed, at
+// least minTokenBytes.
+func readToken(flag, file, env string) (string, error) {
+	tok := os.Getenv(env)
 	if file != "" {
 		data, err := os.ReadFile(file) //nolint:gosec // G304: the operator names the token file
 		if err != nil {
-			return "", contracts.Errorf(contracts.CodeInvalidInput, "--http-token-file: %v", err)
+			return "", contracts.Errorf(contracts.CodeInvalidInput, "%s: %v", flag, err)
 		}
 		tok = string(data)
 	}
 	tok = strings.TrimSpace(tok)
 	if tok != "" && len(tok) < minTokenBytes {
-		return "", contracts.Errorf(contracts.CodeInvalidInput, "the MCP bearer token must be at least %d bytes", minTokenBytes)
+		return "", contracts.Errorf(contracts.CodeInvalidInput, "the token of %s (or %s) must be at least %d bytes", flag, env, minTokenBytes)
 	}
 	return tok, nil
 }
@@ -542,13 +544,7 @@ func checkListen(addr string, remote bool) error {
 	if err != nil {
 		return contracts.Errorf(contracts.CodeInvalidInput, "--http %q: want host:port: %v", addr, err)
 	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	if remote {
+	if ui.Loopback(host) || remote {
 		return nil
 	}
 	return contracts.Errorf(contracts.CodeInvalidInput,
@@ -595,7 +591,7 @@ loopback address, unless --allow-remote says something in front authenticates.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if listen != "" {
 				var err error
-				if cfg.Token, err = readToken(token); err != nil {
+				if cfg.Token, err = readToken("--http-token-file", token, "TOOLQ_MCP_TOKEN"); err != nil {
 					return err
 				}
 				if err := checkListen(listen, remote || cfg.Token != ""); err != nil {

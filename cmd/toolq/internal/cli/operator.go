@@ -109,11 +109,3 @@ func clip(s string, n int) string {
 	}
 	return string(r[:n-1]) + "…"
 }
-
-// orDash is s, or "-" for an empty table cell.
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/toolq/toolq/cmd/toolq/internal/ui"
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/embedded"
 	"github.com/toolq/toolq/metrics"
@@ -365,6 +366,7 @@ func newDevCmd(g *globals) *cobra.Command {
 		listen, dataDir string
 		once, logs      bool
 		demoProvider    bool
+		console         uiFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -443,6 +445,20 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 				defer cancel()
 				_ = sched.Stop(sctx)
 			}()
+			// The web console, on the worker's connection (the toolq
+			// account). A dev bus serves on without it when its port is
+			// taken (another dev running).
+			var con *ui.Server
+			if console.listen != "" {
+				hint := f.exec.approverSeed
+				if abs, err := filepath.Abs(hint); err == nil && hint != "" {
+					hint = abs
+				}
+				if con, err = console.start(ctx, g, nc, hint); err != nil {
+					g.log.Warn("web console not started", slog.Any("err", err))
+				}
+				defer stopUI(con)
+			}
 			ms.ready(nc)
 			w := n.w
 			abs, _ := filepath.Abs(dataDir)
@@ -455,6 +471,9 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 				if ms != nil {
 					attrs = append(attrs, slog.String("metrics", ms.srv.URL()))
 				}
+				if con != nil {
+					attrs = append(attrs, slog.String("console", con.URL()))
+				}
 				g.log.Info("toolq dev ready", attrs...)
 			} else {
 				fmt.Fprintf(g.stderr, "toolq dev: NATS with JetStream at %s (data in %s)\n", srv.URL(), abs)
@@ -463,6 +482,9 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 				fmt.Fprintf(g.stderr, "toolq dev: then try      toolq submit --tool noop --input '{\"hello\":\"toolq\"}' --wait\n")
 				if ms != nil {
 					fmt.Fprintf(g.stderr, "toolq dev: metrics at    %s\n", ms.srv.URL())
+				}
+				if con != nil {
+					fmt.Fprintf(g.stderr, "toolq dev: web console   %s\n", con.URL())
 				}
 				printExecHelp(g, f)
 				printDemoHelp(g, f)
@@ -485,6 +507,7 @@ interrupted. Other toolq commands and any NATS client connect to --listen.`,
 	cmd.Flags().StringVar(&dataDir, "data", ".toolq/dev", "JetStream data directory, kept across restarts")
 	cmd.Flags().BoolVar(&once, "once", false, "exit after the self-check job instead of serving")
 	cmd.Flags().BoolVar(&logs, "server-logs", false, "print the embedded server's logs")
+	console.register(cmd, "ui-", "; empty: no console")
 	cmd.Flags().BoolVar(&demoProvider, "demo-provider", false,
 		"answer code_execution from a local stand-in for xAI's API on 127.0.0.1 that calls no model (canned, labelled results; no key needed)")
 	return cmd

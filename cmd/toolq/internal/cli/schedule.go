@@ -115,13 +115,14 @@ once: each firing is enqueued once.
 func newScheduleCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "schedule",
-		Short: "Add, list and remove delayed and periodic jobs",
+		Short: "Add, list, pause, resume and remove delayed and periodic jobs",
 		Long: `Schedules submit a job later (--at, --in) or periodically (--every, --cron with
 --tz). They are stored in NATS and fired by "toolq scheduler" (either engine).
 Fire times are whole seconds; cron expressions have five fields.`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newScheduleAddCmd(g), newScheduleLsCmd(g), newScheduleRmCmd(g))
+	cmd.AddCommand(newScheduleAddCmd(g), newScheduleLsCmd(g), newScheduleRmCmd(g),
+		newSchedulePauseCmd(g, true), newSchedulePauseCmd(g, false))
 	return cmd
 }
 
@@ -233,8 +234,12 @@ func newScheduleLsCmd(g *globals) *cobra.Command {
 			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSCHEDULE\tTOOL\tSESSION\tNEXT\tLAST")
 			for _, in := range list {
+				next := fmtTime(in.Next)
+				if in.Paused {
+					next = "paused"
+				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", in.Schedule.ID, in.Schedule.Spec(), in.Schedule.Job.Tool,
-					in.Schedule.Job.Session, fmtTime(in.Next), fmtTime(in.LastFire))
+					in.Schedule.Job.Session, next, fmtTime(in.LastFire))
 			}
 			return tw.Flush()
 		},
@@ -274,6 +279,44 @@ func newScheduleRmCmd(g *globals) *cobra.Command {
 			}
 			if g.jsonOut {
 				return g.printJSON(map[string]any{"deleted": deleted})
+			}
+			return nil
+		},
+	}
+}
+
+func newSchedulePauseCmd(g *globals, pause bool) *cobra.Command {
+	use, short, done := "pause ID…", "Pause periodic schedules: their firings are skipped until resume", "paused"
+	if !pause {
+		use, short, done = "resume ID…", "Resume paused schedules from their next fire time", "resumed"
+	}
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, closeFn, err := g.scheduleClient()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
+			defer cancel()
+			for _, id := range args {
+				if pause {
+					err = c.Pause(ctx, id)
+				} else {
+					err = c.Resume(ctx, id)
+				}
+				if err != nil {
+					return err
+				}
+				if !g.jsonOut {
+					fmt.Fprintf(g.stdout, "%s %s\n", done, id)
+				}
+			}
+			if g.jsonOut {
+				return g.printJSON(map[string]any{done: args})
 			}
 			return nil
 		},

@@ -32,7 +32,7 @@ func codeExecConfig(g *globals, publish func(subject string, data []byte) error,
 			slog.String("from", string(c.From)), slog.String("to", string(c.To)))
 		// Runs under the breaker's lock: publish without waiting.
 		if data, err := json.Marshal(breakerEvent(c)); err == nil {
-			_ = publish(g.subjects().Prefix+".system.breakers."+c.Provider, data)
+			_ = publish(g.subjects().Breaker(c.Provider), data)
 		}
 	}
 	return cfg, nil
