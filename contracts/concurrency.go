@@ -50,9 +50,11 @@ func concurrencyPrefix(tenant, key string) string {
 // ThrottledDetails is the result of a throttled event: what the job waits
 // for before it runs.
 type ThrottledDetails struct {
-	// WaitingFor is "concurrency".
+	// WaitingFor is "concurrency" or "rate".
 	WaitingFor string `json:"waiting_for"`
 	// Key and Limit are the job's concurrency key and limit.
 	Key   string `json:"key,omitempty"`
 	Limit int    `json:"limit,omitempty"`
+	// Rate is the tool's rate limit ("60/min burst 10") for "rate".
+	Rate string `json:"rate,omitempty"`
 }

@@ -246,7 +246,7 @@ func (w *Worker) concurrencySlot(ctx context.Context, log *slog.Logger, t *tool,
 				h.slots.release(1)
 				h.held = false
 			}
-			w.announceThrottled(ctx, log, job, attempt, lastSeq)
+			w.announceThrottled(ctx, log, job, attempt, lastSeq, contracts.ThrottledDetails{WaitingFor: "concurrency", Key: c.Key, Limit: c.Limit})
 			// In line behind the key's other waiting jobs here: only the
 			// first tries for a slot.
 			turn = w.leases.join(k)
@@ -265,11 +265,13 @@ func (w *Worker) concurrencySlot(ctx context.Context, log *slog.Logger, t *tool,
 	}
 }
 
-// announceThrottled publishes the job's throttled event for this attempt.
-func (w *Worker) announceThrottled(ctx context.Context, log *slog.Logger, job *contracts.Job, attempt int, lastSeq *uint64) {
+// announceThrottled publishes the job's throttled event for this attempt (one an
+// attempt: a job that waits for its rate limit and then for its key says
+// so once).
+func (w *Worker) announceThrottled(ctx context.Context, log *slog.Logger, job *contracts.Job, attempt int, lastSeq *uint64, d contracts.ThrottledDetails) {
 	ev := contracts.NewEvent(w.source, job, contracts.StatusThrottled, attempt, time.Now())
 	ev.Data.Attempt = attempt
-	ev.Data.Result, _ = json.Marshal(contracts.ThrottledDetails{WaitingFor: "concurrency", Key: job.Concurrency.Key, Limit: job.Concurrency.Limit})
+	ev.Data.Result, _ = json.Marshal(d)
 	seq, err := w.events.Publish(ctx, ev, *lastSeq, traceParent(ctx))
 	if err != nil {
 		log.Debug("throttled event not published", slog.Any("err", err))

@@ -151,6 +151,12 @@ func (w *Worker) process(t *tool, prio contracts.Priority, msg jetstream.Msg, h 
 	if cancelled {
 		cancel(errJobCancelled)
 	}
+	if lim := w.rates.of(job.Tenant, job.Tool); lim != nil {
+		if o, ok := w.rateSlot(ctx, log, t, msg, job, attempt, &lastSeq, h, lim); !ok {
+			out = o
+			return
+		}
+	}
 	if job.Concurrency != nil {
 		lease, o, ok := w.concurrencySlot(ctx, log, t, msg, job, attempt, &lastSeq, h)
 		if !ok {

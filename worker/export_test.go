@@ -22,3 +22,8 @@ func WaitingLevels(w *Worker, tool string) []contracts.Priority {
 	}
 	return out
 }
+
+// RateLimitOf returns the rate limit w applies to tool's jobs of tenant.
+func RateLimitOf(w *Worker, tenant, tool string) *contracts.RateLimit {
+	return w.rates.of(tenant, tool)
+}

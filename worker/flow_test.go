@@ -510,3 +510,88 @@ func TestConcurrencyWaitersCapDoesNotDeadlock(t *testing.T) {
 	}
 	require.Equal(t, 1, r.peakOf("one"))
 }
+
+// putRateLimit writes a rate limit as `toolq limits set` does and waits
+// until every given worker applies it.
+func putRateLimit(t *testing.T, b *bundle, lim contracts.RateLimit, ws ...*worker.Worker) {
+	t.Helper()
+	ctx := testutil.Context(t, 10*time.Second)
+	kv, err := b.js.KeyValue(ctx, contracts.Subjects{}.LimitsBucket())
+	require.NoError(t, err)
+	data, err := json.Marshal(lim)
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, contracts.RateLimitKey(lim.Tenant, lim.Tool), data)
+	require.NoError(t, err)
+	for _, w := range ws {
+		require.Eventually(t, func() bool { return worker.RateLimitOf(w, lim.Tenant, lim.Tool) != nil }, 10*time.Second, 5*time.Millisecond)
+	}
+}
+
+// TestRateLimitAcrossWorkers: three workers share one limit of 25 jobs a
+// second (burst 1) for a tool: 50 jobs start no faster than that in all,
+// each on its first attempt; jobs that waited said so once. Another
+// tenant's jobs of the tool are not limited by it.
+func TestRateLimitAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.NoError(t, bus.AddTenant(testutil.Context(t, 10*time.Second), b.js, bus.Config{}, contracts.TenantRecord{Name: "ACME"}))
+	var rec starts
+	reg := func(w *worker.Worker) {
+		require.NoError(t, w.Register("rated", worker.HandlerFunc(func(ctx context.Context, job *contracts.Job) (json.RawMessage, error) {
+			rec.add(job)
+			return nil, nil
+		}), &worker.ToolConfig{Concurrency: 8}))
+	}
+	var ws []*worker.Worker
+	for range 3 {
+		ws = append(ws, b.startWorker(t, &worker.Config{Tenants: true}, reg))
+	}
+	putRateLimit(t, b, contracts.RateLimit{Tool: "rated", Rate: 25, Per: time.Second, Burst: 1}, ws...)
+
+	acme := publishTenantJobs(t, b.js, "ACME", "rated", "acme", 50)
+	var jobs []*contracts.Job
+	for i := range 50 {
+		jobs = append(jobs, b.submit(t, "rated", ``, &producer.SubmitOpts{ID: fmt.Sprintf("r%02d", i), Session: "rated"}))
+	}
+	for _, job := range jobs {
+		ev := b.await(t, job)
+		require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
+		require.Equal(t, 1, ev.Data.Attempt, "%s: waiting for the rate spent an attempt", job.ID)
+	}
+	span := func(tenant string) time.Duration {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		var first, last time.Time
+		for _, j := range rec.order {
+			if j.Tenant != tenant {
+				continue
+			}
+			at := rec.at[j.ID]
+			if first.IsZero() || at.Before(first) {
+				first = at
+			}
+			if at.After(last) {
+				last = at
+			}
+		}
+		return last.Sub(first)
+	}
+	require.Eventually(t, func() bool { return len(rec.snapshot()) == 100 }, 10*time.Second, 10*time.Millisecond)
+	got := span("")
+	// 50 starts at 25/s take 49 intervals of 40 ms: 1.96 s at least (less
+	// a little for clocks and the CAS round trips).
+	require.GreaterOrEqual(t, got, 1900*time.Millisecond, "50 starts in %s: faster than 25/s", got)
+	require.Less(t, got, 6*time.Second, "50 starts in %s", got)
+	require.Less(t, span("ACME"), 1500*time.Millisecond, "ACME's 50 jobs are not held to the default tenant's limit")
+	require.Len(t, acme, 50)
+	waited := 0
+	for _, ev := range b.allEvents(t, "rated") {
+		if ev.Data.Status == contracts.StatusThrottled {
+			waited++
+			var d contracts.ThrottledDetails
+			require.NoError(t, json.Unmarshal(ev.Data.Result, &d))
+			require.Equal(t, contracts.ThrottledDetails{WaitingFor: "rate", Key: "rated", Rate: "25/s burst 1"}, d)
+		}
+	}
+	require.Greater(t, waited, 10)
+}

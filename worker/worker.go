@@ -40,7 +40,8 @@ func (f HandlerFunc) Handle(ctx context.Context, job *contracts.Job) (json.RawMe
 type Worker struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
-	leases *leases // concurrency-key leases
+	leases *leases     // concurrency-key leases
+	rates  *rateLimits // rate limits, nil until started
 	cfg    Config
 	log    *slog.Logger
 	source string
@@ -267,6 +268,10 @@ func (w *Worker) startConsuming(ctx context.Context) error {
 		t.reopen()
 	}
 	if err := w.startCancelWatch(ctx); err != nil {
+		w.abortStart()
+		return err
+	}
+	if err := w.startRateLimits(ctx); err != nil {
 		w.abortStart()
 		return err
 	}

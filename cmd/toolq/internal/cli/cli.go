@@ -193,7 +193,7 @@ Submit a job and wait for its result:    toolq submit --tool noop --input '{"hi"
 		newKeygenCmd(g),
 		newToolsCmd(g),
 		newMCPCmd(g),
-		newDLQCmd(g), newJobsCmd(g),
+		newDLQCmd(g), newJobsCmd(g), newLimitsCmd(g),
 		newUICmd(g),
 	)
 	return root, g

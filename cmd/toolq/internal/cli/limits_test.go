@@ -1,0 +1,54 @@
+package cli
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolq/toolq/contracts"
+)
+
+// `limits set|ls|rm`: a limit is written, listed and removed; bad rates,
+// bursts and tools are refused before anything is written.
+func TestLimitsSetLsRm(t *testing.T) {
+	t.Parallel()
+	url := startBus(t)
+	code, out, errOut := run(t, "--nats", url, "limits", "ls")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "no rate limits")
+	code, out, errOut = run(t, "--nats", url, "limits", "set", "code_execution", "60/min", "--burst", "10")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, "code_execution: 60/min burst 10\n", out)
+	code, _, errOut = run(t, "--nats", url, "limits", "set", "noop", "5/30s", "--tenant", "ACME")
+	require.Equal(t, 0, code, errOut)
+	code, out, errOut = run(t, "--nats", url, "--json", "limits", "ls")
+	require.Equal(t, 0, code, errOut)
+	var lims []contracts.RateLimit
+	require.NoError(t, json.Unmarshal([]byte(out), &lims))
+	require.Equal(t, []contracts.RateLimit{
+		{Tool: "code_execution", Rate: 60, Per: time.Minute, Burst: 10},
+		{Tool: "noop", Tenant: "ACME", Rate: 5, Per: 30 * time.Second, Burst: 1},
+	}, lims)
+	for _, args := range [][]string{
+		{"set", "noop", "sixty"},
+		{"set", "noop", "0/s"},
+		{"set", "noop", "10/fortnight"},
+		{"set", "noop", "10/s", "--burst", "0"},
+		{"set", "no tool", "10/s"},
+		{"set", "noop", "10/100ms"},
+		{"rm", "noop"},
+	} {
+		code, _, errOut := run(t, append([]string{"--nats", url, "limits"}, args...)...)
+		require.Equal(t, 2, code, "%v: %s", args, errOut)
+		require.Contains(t, errOut, "invalid_input", args)
+	}
+	code, out, errOut = run(t, "--nats", url, "limits", "rm", "noop", "--tenant", "ACME")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "ACME noop: no rate limit")
+	code, out, errOut = run(t, "--nats", url, "limits", "ls")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "code_execution")
+	require.NotContains(t, out, "ACME")
+}
