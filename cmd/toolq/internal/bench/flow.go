@@ -20,7 +20,7 @@ import (
 )
 
 // Scenarios are the flow-control measurements of `toolq bench --scenario`.
-var Scenarios = []string{"fairness", "priority", "concurrency"}
+var Scenarios = []string{"fairness", "priority", "concurrency", "ratelimit"}
 
 // FlowConfig sizes the flow-control scenarios.
 type FlowConfig struct {
@@ -31,11 +31,15 @@ type FlowConfig struct {
 	Probes int
 	// Concurrency is the worker's slots of the tool.
 	Concurrency int
-	Phase       func(phase string)
+	// Duration is how long the ratelimit scenario measures.
+	Duration time.Duration
+	Phase    func(phase string)
 }
 
 // FlowDefaults are the sizes the issue names: a backlog of 100,000.
-func FlowDefaults() FlowConfig { return FlowConfig{Backlog: 100000, Probes: 200, Concurrency: 16} }
+func FlowDefaults() FlowConfig {
+	return FlowConfig{Backlog: 100000, Probes: 200, Concurrency: 16, Duration: time.Minute}
+}
 
 func (c FlowConfig) phase(format string, args ...any) {
 	if c.Phase != nil {
@@ -229,6 +233,11 @@ func RunScenario(ctx context.Context, name string, cfg FlowConfig) ([]Figure, er
 		return priority(ctx, cfg)
 	case "concurrency":
 		return concurrency(ctx, cfg)
+	case "ratelimit":
+		if cfg.Duration < time.Second {
+			return nil, errors.New("bench: the ratelimit scenario needs a duration of 1s at least")
+		}
+		return ratelimit(ctx, cfg)
 	}
 	return nil, contracts.Errorf(contracts.CodeInvalidInput, "--scenario %q: want one of %v", name, Scenarios)
 }
@@ -486,5 +495,113 @@ func concurrency(ctx context.Context, cfg FlowConfig) ([]Figure, error) {
 		{"concurrency_max_observed", float64(observed), "jobs"},
 		{"concurrency_slot_leaks", float64(leaks), "leases"},
 		{"concurrency_throughput", float64(cfg.Backlog) / elapsed.Seconds(), "jobs/s"},
+	}, nil
+}
+
+// ratelimit runs a backlog of noop-like jobs of one tool through 3
+// workers under a limit of 50 a second (burst 1) for Duration, and prints
+// the rate their starts kept against it.
+func ratelimit(ctx context.Context, cfg FlowConfig) ([]Figure, error) {
+	const (
+		workers = 3
+		rate    = 50
+	)
+	dur := cfg.Duration
+	dir, err := os.MkdirTemp("", "toolq-bench-rate-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := embedded.Start(&embedded.Config{StoreDir: dir})
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Stop()
+	var (
+		mu     sync.Mutex
+		starts []time.Time
+	)
+	handler := worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
+		mu.Lock()
+		starts = append(starts, time.Now())
+		mu.Unlock()
+		return nil, nil
+	})
+	nc, err := srv.Connect()
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	var ws []*worker.Worker
+	defer func() {
+		for _, w := range ws {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = w.Stop(sctx)
+			cancel()
+		}
+	}()
+	for i := range workers {
+		wnc, err := srv.Connect()
+		if err != nil {
+			return nil, err
+		}
+		defer wnc.Close()
+		w, err := worker.New(wnc, &worker.Config{Name: fmt.Sprintf("bench-rate-%d", i), Logger: slog.New(slog.DiscardHandler), StopTimeout: time.Second})
+		if err != nil {
+			return nil, err
+		}
+		if err := w.Register(flowTool, handler, &worker.ToolConfig{Concurrency: 16}); err != nil {
+			return nil, err
+		}
+		if err := w.Start(ctx); err != nil {
+			return nil, err
+		}
+		ws = append(ws, w)
+	}
+	kv, err := js.KeyValue(ctx, contracts.Subjects{}.LimitsBucket())
+	if err != nil {
+		return nil, err
+	}
+	lim := contracts.RateLimit{Tool: flowTool, Rate: rate, Per: time.Second, Burst: 1}
+	data, _ := json.Marshal(lim)
+	if _, err := kv.Put(ctx, contracts.RateLimitKey("", flowTool), data); err != nil {
+		return nil, err
+	}
+	time.Sleep(500 * time.Millisecond) // the workers' watches apply it
+	n := int(float64(rate)*dur.Seconds()) + rate*5
+	cfg.phase("ratelimit: %d jobs, limit %d/s on %d workers, measured for %s", n, rate, workers, dur)
+	r := &flowRig{js: js, started: map[string]time.Time{}}
+	if err := r.publish(ctx, contracts.Subjects{}.Job(flowTool), "rl", n, 0, nil); err != nil {
+		return nil, err
+	}
+	// Measure from the first start after a second (the burst and the
+	// queue's first fetches are behind), for dur.
+	time.Sleep(time.Second)
+	mu.Lock()
+	from := len(starts)
+	mu.Unlock()
+	t0 := time.Now()
+	select {
+	case <-time.After(dur):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	mu.Lock()
+	count := len(starts) - from
+	mu.Unlock()
+	observed := float64(count) / time.Since(t0).Seconds()
+	errPct := (observed - rate) / rate * 100
+	if errPct < 0 {
+		errPct = -errPct
+	}
+	cfg.phase("done")
+	return []Figure{
+		{"ratelimit_configured", rate, "jobs/s"},
+		{"ratelimit_observed", observed, "jobs/s"},
+		{"ratelimit_error_pct", errPct, "%"},
 	}, nil
 }

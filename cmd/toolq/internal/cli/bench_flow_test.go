@@ -16,8 +16,9 @@ func TestBenchScenarios(t *testing.T) {
 		"fairness":    {"fairness_quiet_p50_ms", "fairness_quiet_p99_ms", "fairness_off_quiet_p50_ms", "fairness_off_quiet_p99_ms"},
 		"priority":    {"priority_high_start_ms", "priority_off_start_ms"},
 		"concurrency": {"concurrency_limit", "concurrency_max_observed", "concurrency_throughput"},
+		"ratelimit":   {"ratelimit_configured", "ratelimit_observed"},
 	} {
-		code, out, errOut := run(t, "bench", "--scenario", scenario, "--scenario-backlog", "300", "--scenario-probes", "5", "--scenario-concurrency", "4")
+		code, out, errOut := run(t, "bench", "--scenario", scenario, "--scenario-backlog", "300", "--scenario-probes", "5", "--scenario-concurrency", "4", "--scenario-duration", "2s")
 		require.Equal(t, 0, code, errOut)
 		for _, name := range names {
 			var line string
@@ -34,5 +35,5 @@ func TestBenchScenarios(t *testing.T) {
 	}
 	code, _, errOut := run(t, "bench", "--scenario", "chaos")
 	require.Equal(t, 2, code, errOut)
-	require.Contains(t, errOut, `--scenario "chaos": want one of [fairness priority concurrency]`)
+	require.Contains(t, errOut, `--scenario "chaos": want one of [fairness priority concurrency ratelimit]`)
 }
