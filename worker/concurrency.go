@@ -88,7 +88,7 @@ func (l *leases) take(ctx context.Context, tenant string, c *contracts.Concurren
 			return nil, err
 		}
 		ls := &lease{l: l, key: key, wake: tenant + "\x00" + c.Key, rev: rev, stop: make(chan struct{}), done: make(chan struct{})}
-		go ls.renew([]byte(jobID))
+		go ls.renew([]byte(jobID)) //nolint:gosec,contextcheck // G118: the renewals live until release, not until ctx ends
 		return ls, nil
 	}
 	return nil, nil
@@ -228,7 +228,7 @@ func (w *Worker) concurrencySlot(ctx context.Context, log *slog.Logger, t *tool,
 		l, err := w.leases.take(ctx, job.Tenant, c, job.ID)
 		if l != nil {
 			if !h.held && !h.slots.acquire(ctx.Done(), h.class, 0, nil) {
-				l.release()
+				l.release() //nolint:contextcheck // the lease is deleted even when ctx has ended
 				return nil, w.endWaiting(ctx, log, msg, job, attempt, *lastSeq), false
 			}
 			h.held = true
@@ -284,7 +284,8 @@ func (w *Worker) announceThrottled(ctx context.Context, log *slog.Logger, job *c
 // back at a shutdown, cancelled at a cancel.
 func (w *Worker) endWaiting(ctx context.Context, log *slog.Logger, msg jetstream.Msg, job *contracts.Job, attempt int, lastSeq uint64) Outcome {
 	if errors.Is(context.Cause(ctx), errJobCancelled) {
-		return w.finish(log, msg, job, attempt, lastSeq, contracts.StatusCancelled, nil, contracts.Errorf(contracts.CodeCancelled, "job was cancelled while it waited for a slot of its concurrency key"))
+		return w.finish(log, msg, job, attempt, lastSeq, contracts.StatusCancelled, nil, //nolint:contextcheck // finish bounds its own writes, as everywhere in process
+			contracts.Errorf(contracts.CodeCancelled, "job was cancelled while it waited for a slot of its concurrency key"))
 	}
 	_ = msg.Nak()
 	return OutcomeRequeued

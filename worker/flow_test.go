@@ -194,7 +194,7 @@ func TestQuietTenantStartsWithinBoundedDelay(t *testing.T) {
 		rec.mu.Unlock()
 	}
 	last := rec.index(noisy[len(noisy)-1])
-	require.Less(t, last, 0, "the quiet tenant's jobs were all started before the backlog drained")
+	require.Negative(t, last, "the quiet tenant's jobs were all started before the backlog drained")
 	for _, d := range delays {
 		require.Less(t, d, 500*time.Millisecond, "a quiet tenant's job waited %v behind the backlog (all: %v)", d, delays)
 	}
@@ -295,6 +295,7 @@ func (r *running) peakOf(key string) int {
 // keyedTool registers "keyed": it runs ms milliseconds (its input), inside
 // the running count of its job's concurrency key (tenant-qualified).
 func keyedTool(t *testing.T, r *running) func(w *worker.Worker) {
+	t.Helper()
 	return func(w *worker.Worker) {
 		h := worker.HandlerFunc(func(ctx context.Context, job *contracts.Job) (json.RawMessage, error) {
 			key := job.Tenant + "/" + job.Concurrency.Key
@@ -327,12 +328,16 @@ func TestConcurrencyKeyCapsJobsAcrossWorkers(t *testing.T) {
 	b.startWorker(t, nil, keyedTool(t, &r))
 	var jobs []*contracts.Job
 	for i := range 24 {
-		jobs = append(jobs, b.submit(t, "keyed", `60`, &producer.SubmitOpts{ID: fmt.Sprintf("a%02d", i), Session: "keyed",
-			Concurrency: &contracts.ConcurrencyLimit{Key: "repo-a", Limit: 3}}))
+		jobs = append(jobs, b.submit(t, "keyed", `60`, &producer.SubmitOpts{
+			ID: fmt.Sprintf("a%02d", i), Session: "keyed",
+			Concurrency: &contracts.ConcurrencyLimit{Key: "repo-a", Limit: 3},
+		}))
 	}
 	for i := range 8 {
-		jobs = append(jobs, b.submit(t, "keyed", `60`, &producer.SubmitOpts{ID: fmt.Sprintf("b%02d", i), Session: "keyed",
-			Concurrency: &contracts.ConcurrencyLimit{Key: "repo-b", Limit: 8}}))
+		jobs = append(jobs, b.submit(t, "keyed", `60`, &producer.SubmitOpts{
+			ID: fmt.Sprintf("b%02d", i), Session: "keyed",
+			Concurrency: &contracts.ConcurrencyLimit{Key: "repo-b", Limit: 8},
+		}))
 	}
 	for _, job := range jobs {
 		ev := b.await(t, job)
@@ -380,8 +385,10 @@ func TestConcurrencyKeysAreTenantsOwn(t *testing.T) {
 	for _, tenant := range []string{"ACME", "INITECH"} {
 		for i := range 2 {
 			id := fmt.Sprintf("%s%d", tenant, i)
-			body, err := json.Marshal(&contracts.Job{ID: id, Tool: "keyed", Session: "s1", Input: json.RawMessage(`400`),
-				CreatedAt: time.Now().UTC(), Concurrency: &contracts.ConcurrencyLimit{Key: "shared", Limit: 1}})
+			body, err := json.Marshal(&contracts.Job{
+				ID: id, Tool: "keyed", Session: "s1", Input: json.RawMessage(`400`),
+				CreatedAt: time.Now().UTC(), Concurrency: &contracts.ConcurrencyLimit{Key: "shared", Limit: 1},
+			})
 			require.NoError(t, err)
 			_, err = b.js.Publish(ctx, s.TenantJob(tenant, "keyed"), body, jetstream.WithMsgID(id))
 			require.NoError(t, err)
@@ -500,8 +507,10 @@ func TestConcurrencyWaitersCapDoesNotDeadlock(t *testing.T) {
 	})
 	var jobs []*contracts.Job
 	for i := range 20 {
-		jobs = append(jobs, b.submit(t, "keyed", ``, &producer.SubmitOpts{ID: fmt.Sprintf("d%02d", i),
-			Concurrency: &contracts.ConcurrencyLimit{Key: "one", Limit: 1}}))
+		jobs = append(jobs, b.submit(t, "keyed", ``, &producer.SubmitOpts{
+			ID:          fmt.Sprintf("d%02d", i),
+			Concurrency: &contracts.ConcurrencyLimit{Key: "one", Limit: 1},
+		}))
 	}
 	for _, job := range jobs {
 		ev := b.await(t, job)

@@ -411,8 +411,10 @@ func concurrency(ctx context.Context, cfg FlowConfig) ([]Figure, error) {
 			return nil, err
 		}
 		conns = append(conns, nc)
-		w, err := worker.New(nc, &worker.Config{Name: fmt.Sprintf("bench-conc-%d", i), Logger: slog.New(slog.DiscardHandler),
-			ConcurrencyLeaseTTL: leaseTTL, StopTimeout: time.Second})
+		w, err := worker.New(nc, &worker.Config{
+			Name: fmt.Sprintf("bench-conc-%d", i), Logger: slog.New(slog.DiscardHandler),
+			ConcurrencyLeaseTTL: leaseTTL, StopTimeout: time.Second,
+		})
 		if err != nil {
 			return nil, err
 		}

@@ -78,7 +78,7 @@ func TestJobsLs(t *testing.T) {
 	q.Waiting = 0 // the worker's pull requests, if it has some out
 	// The low job is queued, or already held by its level's loop waiting
 	// for a slot (taken, so ack-pending).
-	require.Equal(t, 4, int(q.Pending)+q.AckPending, "%+v", *q)
+	require.Equal(t, 4, int(q.Pending)+q.AckPending, "%+v", *q) //nolint:gosec // G115: a count of four
 	q.Pending, q.AckPending = 0, 0
 	require.Equal(t, operator.QueueRow{Kind: "queue", Tool: "flaky", Stream: "TOOLQ_JOBS", Messages: 4, Consumer: true}, *q)
 	noop := queueOf(qs, "", "noop")
