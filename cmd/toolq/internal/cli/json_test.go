@@ -200,6 +200,9 @@ func TestJSONFlagReachesEveryCommand(t *testing.T) {
 		// (TestDLQLsShowRequeue, TestDLQPurge, TestJobsLs, TestDLQTenants).
 		"toolq dlq ls": true, "toolq dlq show": true, "toolq dlq requeue": true, "toolq dlq purge": true,
 		"toolq jobs ls": true,
+		// Rate limits: one object from set and rm, an array from ls, and
+		// JSON errors (TestLimitsSetLsRm).
+		"toolq limits set": true, "toolq limits ls": true, "toolq limits rm": true,
 		// A server: its banner is one JSON log record with --json, and its
 		// refusal of a tenant is a JSON error (TestUITenants).
 		"toolq ui": true,

@@ -185,6 +185,9 @@ func newLimitsRmCmd(g *globals) *cobra.Command {
 			if err := kv.Delete(ctx, key); err != nil {
 				return fmt.Errorf("limits rm: %w", err)
 			}
+			if g.jsonOut {
+				return g.printJSON(map[string]any{"tool": args[0], "tenant": tenant, "removed": true})
+			}
 			_, err = fmt.Fprintf(g.stdout, "%s%s: no rate limit\n", tenantPrefix(tenant), args[0])
 			return err
 		},

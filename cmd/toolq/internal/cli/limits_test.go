@@ -21,8 +21,9 @@ func TestLimitsSetLsRm(t *testing.T) {
 	code, out, errOut = run(t, "--nats", url, "limits", "set", "code_execution", "60/min", "--burst", "10")
 	require.Equal(t, 0, code, errOut)
 	require.Equal(t, "code_execution: 60/min burst 10\n", out)
-	code, _, errOut = run(t, "--nats", url, "limits", "set", "noop", "5/30s", "--tenant", "ACME")
+	code, out, errOut = run(t, "--nats", url, "--json", "limits", "set", "noop", "5/30s", "--tenant", "ACME")
 	require.Equal(t, 0, code, errOut)
+	require.JSONEq(t, `{"tool":"noop","tenant":"ACME","rate":5,"per":30000000000,"burst":1}`, out)
 	code, out, errOut = run(t, "--nats", url, "--json", "limits", "ls")
 	require.Equal(t, 0, code, errOut)
 	var lims []contracts.RateLimit
@@ -40,13 +41,19 @@ func TestLimitsSetLsRm(t *testing.T) {
 		{"set", "noop", "10/100ms"},
 		{"rm", "noop"},
 	} {
-		code, _, errOut := run(t, append([]string{"--nats", url, "limits"}, args...)...)
+		code, _, errOut := run(t, append([]string{"--nats", url, "--json", "limits"}, args...)...)
 		require.Equal(t, 2, code, "%v: %s", args, errOut)
-		require.Contains(t, errOut, "invalid_input", args)
+		var e struct {
+			Error struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(errOut), &e), errOut)
+		require.Equal(t, "invalid_input", e.Error.Code, args)
 	}
-	code, out, errOut = run(t, "--nats", url, "limits", "rm", "noop", "--tenant", "ACME")
+	code, out, errOut = run(t, "--nats", url, "--json", "limits", "rm", "noop", "--tenant", "ACME")
 	require.Equal(t, 0, code, errOut)
-	require.Contains(t, out, "ACME noop: no rate limit")
+	require.JSONEq(t, `{"tool":"noop","tenant":"ACME","removed":true}`, out)
 	code, out, errOut = run(t, "--nats", url, "limits", "ls")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "code_execution")
