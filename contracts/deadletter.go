@@ -28,4 +28,7 @@ type DeadLetter struct {
 	// Tenant is the job's tenant, from the subject it arrived on; empty
 	// for the default tenant.
 	Tenant string `json:"tenant,omitempty"`
+	// Priority is the job's level, from the subject it arrived on; empty
+	// for normal. A requeue puts the job back at it.
+	Priority Priority `json:"priority,omitempty"`
 }

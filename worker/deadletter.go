@@ -45,6 +45,9 @@ func (w *Worker) publishDLQ(ctx context.Context, toolName string, raw []byte, jo
 	msgID := ""
 	if job != nil {
 		dl.JobID, dl.Session, dl.Tenant = job.ID, job.Session, job.Tenant
+		if job.Priority != contracts.PriorityNormal {
+			dl.Priority = job.Priority
+		}
 		msgID = contracts.TenantKey(job.Tenant, job.ID) + "/dlq"
 	}
 	data, err := json.Marshal(dl)
@@ -202,6 +205,8 @@ func (w *Worker) reapExhausted(adv maxDeliveriesAdvisory) {
 	job, derr := contracts.DecodeJob(raw.Data)
 	if derr != nil {
 		job = nil
+	} else {
+		job.Priority = prio
 	}
 	if err := w.publishDLQ(ctx, toolName, raw.Data, job, int(adv.Deliveries), werr); err != nil { //nolint:gosec // G115: at most the consumer's MaxDeliver, an int
 		w.log.Warn("max deliveries: DLQ write failed", slog.Any("err", err))

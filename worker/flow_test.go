@@ -604,3 +604,25 @@ func TestRateLimitAcrossWorkers(t *testing.T) {
 	}
 	require.Greater(t, waited, 10)
 }
+
+// TestDeadLetterKeepsPriority: a high job that runs out of attempts is
+// dead-lettered with its level (a requeue puts it back there); a normal
+// one's record names none.
+func TestDeadLetterKeepsPriority(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t, nil, func(w *worker.Worker) {
+		require.NoError(t, w.Register("doomed", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
+			return nil, fmt.Errorf("boom")
+		}), &worker.ToolConfig{Retry: worker.RetryPolicy{MaxAttempts: 1}}))
+	})
+	job := b.submit(t, "doomed", ``, &producer.SubmitOpts{Priority: contracts.PriorityHigh})
+	require.Equal(t, contracts.StatusFailed, b.await(t, job).Data.Status)
+	dl := readDLQ(t, b, "doomed")
+	require.Equal(t, job.ID, dl.JobID)
+	require.Equal(t, contracts.PriorityHigh, dl.Priority)
+	job = b.submit(t, "doomed", ``, nil)
+	require.Equal(t, contracts.StatusFailed, b.await(t, job).Data.Status)
+	require.Eventually(t, func() bool { return readDLQ(t, b, "doomed").JobID == job.ID }, 10*time.Second, 20*time.Millisecond)
+	require.Empty(t, readDLQ(t, b, "doomed").Priority)
+}

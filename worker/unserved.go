@@ -156,6 +156,7 @@ func (w *Worker) expire(ctx context.Context, stream jetstream.Stream, tenant, to
 	var ended *contracts.Event
 	if job != nil {
 		job.Tenant = tenant
+		_, job.Priority = w.cfg.Subjects.TenantJobOf(tenant, raw.Subject)
 		ev, seq, err := w.events.LastIn(ctx, tenant, job.Session, job.ID)
 		if err != nil {
 			w.log.Debug("queue sweep: last event", slog.Any("err", err))

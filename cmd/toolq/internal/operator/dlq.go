@@ -256,6 +256,9 @@ func RequeueJob(d *DeadLetter) (*contracts.Job, error) {
 		return nil, fmt.Errorf("dead letter %d names the invalid tenant %q", d.Seq, dl.Tenant)
 	}
 	job.Tenant = dl.Tenant
+	if job.Priority, err = contracts.ParsePriority(string(dl.Priority)); err != nil {
+		return nil, fmt.Errorf("dead letter %d: %w", d.Seq, err)
+	}
 	orig := job.ID
 	if from := job.Meta[MetaRequeuedFrom]; contracts.ValidID(from) {
 		orig = from
@@ -290,7 +293,7 @@ type Requeued struct {
 }
 
 // Requeue republishes d's job and then deletes d. The job goes to its
-// tool's subject of its tenant under RequeueID, with the id as
+// tool's subject of its tenant and level under RequeueID, with the id as
 // Nats-Msg-Id, so a rerun after a crash between the publish and the delete
 // is a duplicate the server drops; past the duplicate window, a job that
 // already has events is not published again.
@@ -300,7 +303,7 @@ func (q *DLQ) Requeue(ctx context.Context, d *DeadLetter, events *bus.Events) (*
 		return nil, contracts.Errorf(contracts.CodeInvalidInput, "%v", err)
 	}
 	s := q.s
-	r := &Requeued{Seq: d.Seq, JobID: d.DL.JobID, RequeuedAs: job.ID, Tenant: job.Tenant, Session: job.Session, Subject: s.TenantJob(job.Tenant, job.Tool)}
+	r := &Requeued{Seq: d.Seq, JobID: d.DL.JobID, RequeuedAs: job.ID, Tenant: job.Tenant, Session: job.Session, Subject: s.TenantJobAt(job.Tenant, job.Tool, job.Priority)}
 	ev, _, err := events.LastIn(ctx, job.Tenant, job.Session, job.ID)
 	if err != nil {
 		return nil, fmt.Errorf("dead letter %d: reading the events of %s: %w", d.Seq, job.ID, err)
@@ -404,7 +407,7 @@ func PublishJob(ctx context.Context, js jetstream.JetStream, s contracts.Subject
 	if err != nil {
 		return false, err
 	}
-	subject := s.TenantJob(job.Tenant, job.Tool)
+	subject := s.TenantJobAt(job.Tenant, job.Tool, job.Priority)
 	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: data}, jetstream.WithMsgID(contracts.DedupID(job)))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoStreamResponse) {
