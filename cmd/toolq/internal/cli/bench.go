@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -26,6 +27,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 		workers       []int
 		scenario      string
 		flow          = bench.FlowDefaults()
+		soak          time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -52,6 +54,13 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 			cfg.Phase = func(phase string) { g.tell("bench: %s", phase) }
 			if len(workers) > 0 {
 				return scaleOut(cmd, g, cfg, workers)
+			}
+			if soak > 0 {
+				figs, err := bench.Soak(cmd.Context(), cfg, soak)
+				if err != nil {
+					return err
+				}
+				return printFigures(g, figs)
 			}
 			if scenario != "" {
 				flow.Phase = cfg.Phase
@@ -177,6 +186,7 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 	f.IntVar(&flow.Backlog, "scenario-backlog", flow.Backlog, "jobs queued ahead in a --scenario")
 	f.IntVar(&flow.Probes, "scenario-probes", flow.Probes, "the quiet tenant's timed jobs in --scenario fairness")
 	f.IntVar(&flow.Concurrency, "scenario-concurrency", flow.Concurrency, "the worker's slots in a --scenario")
+	f.DurationVar(&soak, "soak", 0, "instead, run throughput rounds of --jobs back to back for this long (e.g. 10m) and print the slopes of heap and goroutines per minute and the redeliveries")
 	f.DurationVar(&flow.Duration, "scenario-duration", flow.Duration, "how long --scenario ratelimit measures")
 	f.BoolVar(&observe, "observe", false, "run again with metrics and tracing on (every trace exported over OTLP/HTTP to a local receiver), in turns with both off, and print every round, both medians and bench.observability_overhead_pct")
 	f.IntVar(&observeRounds, "observe-rounds", 3, "rounds of off and on with --observe (at least 3)")

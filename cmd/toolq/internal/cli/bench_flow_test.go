@@ -37,3 +37,15 @@ func TestBenchScenarios(t *testing.T) {
 	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, `--scenario "chaos": want one of [fairness priority concurrency ratelimit]`)
 }
+
+// `bench --soak` runs rounds for the given time and prints the slopes of
+// heap and goroutines and the redeliveries.
+func TestBenchSoak(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := run(t, "bench", "--soak", "2s", "--jobs", "300", "--submitters", "4", "--concurrency", "8")
+	require.Equal(t, 0, code, errOut)
+	for _, name := range []string{"soak_jobs", "soak_throughput", "soak_heap_slope_mb_per_min", "soak_goroutines_slope_per_min", "soak_redelivered"} {
+		require.Contains(t, out, "bench."+name+" ", out)
+	}
+	require.Contains(t, out, "bench.soak_redelivered 0 jobs")
+}
