@@ -46,8 +46,10 @@ func Soak(ctx context.Context, cfg Config, d time.Duration) ([]Figure, error) {
 	// Events are kept 2 minutes (the duplicate window), not a day: the embedded server's memory for
 	// retained events (a subject each) would otherwise grow for the whole
 	// run and hide the process's own slope.
-	w, err := worker.New(wnc, &worker.Config{Name: "bench-soak", Logger: quiet, Builtins: true, EventsMaxAge: 2 * time.Minute,
-		Tool: worker.ToolConfig{Concurrency: cfg.Concurrency, MaxAckPending: max(4096, cfg.Concurrency)}})
+	w, err := worker.New(wnc, &worker.Config{
+		Name: "bench-soak", Logger: quiet, Builtins: true, EventsMaxAge: 2 * time.Minute,
+		Tool: worker.ToolConfig{Concurrency: cfg.Concurrency, MaxAckPending: max(4096, cfg.Concurrency)},
+	})
 	if err != nil {
 		return nil, err
 	}
