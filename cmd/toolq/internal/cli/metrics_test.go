@@ -51,16 +51,9 @@ func TestWorkerServesMetricsAndLogsJSON(t *testing.T) {
 		code, _, _ := run(t, "--nats", url, "--timeout", "2s", "submit", "--tool", "noop", "--input", `{}`, "--session", "m", "--wait")
 		return code == 0
 	}, 30*time.Second, 100*time.Millisecond)
-	code, _, _ := run(t, "--nats", url, "submit", "--tool", "sleep", "--input", `{"ms":-1}`, "--session", "m", "--id", "bad-sleep", "--wait")
-	require.Equal(t, 1, code)
-
-	page := scrapeText(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
-	require.Contains(t, page, `toolq_jobs_total{outcome="completed",tenant="",tool="noop"} 1`)
-	require.Contains(t, page, `toolq_jobs_total{outcome="failed",tenant="",tool="sleep"} 1`)
-	require.Contains(t, page, "go_goroutines")
-	require.NotContains(t, page, "bad-sleep")
 	// Ready once started and connected: the noop job can complete while
-	// the worker still makes the consumers of its other tools and levels.
+	// the worker still makes the consumers of its other tools and levels
+	// (sleep's among them).
 	require.Eventually(t, func() bool {
 		req, err := http.NewRequestWithContext(testutil.Context(t, 5*time.Second), http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/readyz", port), nil)
 		require.NoError(t, err)
@@ -72,6 +65,14 @@ func TestWorkerServesMetricsAndLogsJSON(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode == http.StatusOK && string(b) == "ready\n"
 	}, 20*time.Second, 50*time.Millisecond, "never ready")
+	code, _, _ := run(t, "--nats", url, "submit", "--tool", "sleep", "--input", `{"ms":-1}`, "--session", "m", "--id", "bad-sleep", "--wait")
+	require.Equal(t, 1, code)
+
+	page := scrapeText(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	require.Contains(t, page, `toolq_jobs_total{outcome="completed",tenant="",tool="noop"} 1`)
+	require.Contains(t, page, `toolq_jobs_total{outcome="failed",tenant="",tool="sleep"} 1`)
+	require.Contains(t, page, "go_goroutines")
+	require.NotContains(t, page, "bad-sleep")
 	require.Equal(t, "ok\n", scrapeText(t, fmt.Sprintf("http://127.0.0.1:%d/healthz", port)))
 
 	cancel()
