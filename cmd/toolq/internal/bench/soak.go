@@ -21,7 +21,8 @@ import (
 // Soak runs throughput rounds of cfg.Jobs noop jobs back to back for d on
 // one embedded server and worker, and after each round samples the heap in
 // use (after a collection) and the goroutines of the process. It prints
-// the slope of each after the warm-up (a least-squares line, per minute),
+// the slope of each after the warm-up (the first half, at most 5 min; a
+// least-squares line, per minute),
 // the jobs JetStream redelivered, and the throughput.
 func Soak(ctx context.Context, cfg Config, d time.Duration) ([]Figure, error) {
 	if cfg.Jobs < 1 || cfg.Submitters < 1 || cfg.Concurrency < 1 || d <= 0 {
@@ -97,10 +98,12 @@ func Soak(ctx context.Context, cfg Config, d time.Duration) ([]Figure, error) {
 		}
 	}
 	elapsed := time.Since(start)
-	// The first quarter of the run (at most 2.5 min) is the warm-up:
-	// caches, pools, the requester's session followers (kept 2 min idle)
-	// and the events kept 2 minutes fill up. The slope is over the rest.
-	warm := min(d.Minutes()/4, 2.5)
+	// The first half of the run (at most 5 min) is the warm-up: caches,
+	// pools, the requester's session followers (kept 2 min idle), the
+	// events kept 2 minutes, and the embedded server's ephemeral consumers
+	// of each round's event reads (removed 5 min after their last use)
+	// fill up. The slope is over the rest.
+	warm := min(d.Minutes()/2, 5)
 	for len(samples) > 3 && samples[0].at < warm {
 		samples = samples[1:]
 	}
