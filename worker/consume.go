@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/toolq/toolq/contracts"
 )
@@ -19,26 +20,39 @@ func (w *Worker) startTool(ctx context.Context, t *tool) error {
 	if t.tenant != "" {
 		stream = w.cfg.Subjects.TenantJobsStream(t.tenant)
 	}
-	t.levels = t.levels[:0]
+	// The levels' consumers are made at once: a worker's start waits for
+	// one round trip a tool, not three.
+	var levels []contracts.Priority
 	for _, p := range contracts.Priorities {
-		if t.cfg.NormalOnly && p != contracts.PriorityNormal {
-			continue
+		if !t.cfg.NormalOnly || p == contracts.PriorityNormal {
+			levels = append(levels, p)
 		}
-		cons, err := w.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-			Durable:       w.cfg.Subjects.ConsumerNameAt(t.name, p),
-			Description:   "toolq workers of " + t.name + " at priority " + string(p),
-			FilterSubject: w.cfg.Subjects.TenantJobAt(t.tenant, t.name, p),
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       t.cfg.AckWait,
-			MaxDeliver:    t.cfg.Retry.MaxAttempts,
-			MaxAckPending: t.cfg.MaxAckPending,
-			DeliverPolicy: jetstream.DeliverAllPolicy,
-		})
-		if err != nil {
-			return fmt.Errorf("worker: consumer for %s at %s: %w", t.name, p, err)
-		}
-		t.levels = append(t.levels, &level{prio: p, cons: cons})
 	}
+	made := make([]*level, len(levels))
+	var g errgroup.Group
+	for i, p := range levels {
+		g.Go(func() error {
+			cons, err := w.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+				Durable:       w.cfg.Subjects.ConsumerNameAt(t.name, p),
+				Description:   "toolq workers of " + t.name + " at priority " + string(p),
+				FilterSubject: w.cfg.Subjects.TenantJobAt(t.tenant, t.name, p),
+				AckPolicy:     jetstream.AckExplicitPolicy,
+				AckWait:       t.cfg.AckWait,
+				MaxDeliver:    t.cfg.Retry.MaxAttempts,
+				MaxAckPending: t.cfg.MaxAckPending,
+				DeliverPolicy: jetstream.DeliverAllPolicy,
+			})
+			if err != nil {
+				return fmt.Errorf("worker: consumer for %s at %s: %w", t.name, p, err)
+			}
+			made[i] = &level{prio: p, cons: cons}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	t.levels = made
 	if w.cfg.Observer != nil && t.obs == nil {
 		t.obs = w.cfg.Observer.Tool(t.name, t.tenant)
 	}
