@@ -61,13 +61,8 @@ type flowRig struct {
 }
 
 func startFlowRig(ctx context.Context, cfg FlowConfig, tenants ...string) (*flowRig, func(), error) {
-	dir, err := os.MkdirTemp("", "toolq-bench-flow-")
+	srv, stopSrv, err := tempServer("flow")
 	if err != nil {
-		return nil, nil, err
-	}
-	srv, err := embedded.Start(&embedded.Config{StoreDir: dir})
-	if err != nil {
-		_ = os.RemoveAll(dir)
 		return nil, nil, err
 	}
 	r := &flowRig{srv: srv, started: map[string]time.Time{}}
@@ -76,8 +71,7 @@ func startFlowRig(ctx context.Context, cfg FlowConfig, tenants ...string) (*flow
 		for _, c := range slices.Backward(closers) {
 			c()
 		}
-		srv.Stop()
-		_ = os.RemoveAll(dir)
+		stopSrv()
 	}
 	nc, err := srv.Connect()
 	if err != nil {
@@ -127,11 +121,7 @@ func startFlowRig(ctx context.Context, cfg FlowConfig, tenants ...string) (*flow
 		cleanup()
 		return nil, nil, err
 	}
-	closers = append(closers, func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = w.Stop(sctx)
-	})
+	closers = append(closers, func() { stopWorker(ctx, w) })
 	r.w = w
 	return r, cleanup, nil
 }
@@ -357,16 +347,11 @@ func concurrency(ctx context.Context, cfg FlowConfig) ([]Figure, error) {
 		limit    = 4
 		leaseTTL = 2 * time.Second
 	)
-	dir, err := os.MkdirTemp("", "toolq-bench-conc-")
+	srv, done, err := tempServer("conc")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := embedded.Start(&embedded.Config{StoreDir: dir})
-	if err != nil {
-		return nil, err
-	}
-	defer srv.Stop()
+	defer done()
 	var (
 		mu       sync.Mutex
 		now      int
@@ -397,9 +382,7 @@ func concurrency(ctx context.Context, cfg FlowConfig) ([]Figure, error) {
 	)
 	defer func() {
 		for _, w := range ws {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = w.Stop(sctx)
-			cancel()
+			stopWorker(ctx, w)
 		}
 		for _, c := range conns {
 			c.Close()
@@ -509,16 +492,11 @@ func ratelimit(ctx context.Context, cfg FlowConfig) ([]Figure, error) {
 		rate    = 50
 	)
 	dur := cfg.Duration
-	dir, err := os.MkdirTemp("", "toolq-bench-rate-")
+	srv, done, err := tempServer("rate")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := embedded.Start(&embedded.Config{StoreDir: dir})
-	if err != nil {
-		return nil, err
-	}
-	defer srv.Stop()
+	defer done()
 	var (
 		mu     sync.Mutex
 		starts []time.Time
@@ -541,9 +519,7 @@ func ratelimit(ctx context.Context, cfg FlowConfig) ([]Figure, error) {
 	var ws []*worker.Worker
 	defer func() {
 		for _, w := range ws {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = w.Stop(sctx)
-			cancel()
+			stopWorker(ctx, w)
 		}
 	}()
 	for i := range workers {
@@ -606,4 +582,26 @@ func ratelimit(ctx context.Context, cfg FlowConfig) ([]Figure, error) {
 		{"ratelimit_observed", observed, "jobs/s"},
 		{"ratelimit_error_pct", errPct, "%"},
 	}, nil
+}
+
+// tempServer starts an embedded server on a temporary store for one
+// scenario; done stops it and removes the store.
+func tempServer(name string) (*embedded.Server, func(), error) {
+	dir, err := os.MkdirTemp("", "toolq-bench-"+name+"-")
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, err := embedded.Start(&embedded.Config{StoreDir: dir})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return srv, func() { srv.Stop(); _ = os.RemoveAll(dir) }, nil
+}
+
+// stopWorker stops w within 10 s, even once ctx has ended.
+func stopWorker(ctx context.Context, w *worker.Worker) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = w.Stop(sctx)
 }

@@ -6,14 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"runtime"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolq/toolq/contracts"
-	"github.com/toolq/toolq/internal/embedded"
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/worker"
 )
@@ -28,16 +26,11 @@ func Soak(ctx context.Context, cfg Config, d time.Duration) ([]Figure, error) {
 	if cfg.Jobs < 1 || cfg.Submitters < 1 || cfg.Concurrency < 1 || d <= 0 {
 		return nil, errors.New("bench: soak needs jobs, submitters, concurrency and a duration")
 	}
-	dir, err := os.MkdirTemp("", "toolq-bench-soak-")
+	srv, done, err := tempServer("soak")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := embedded.Start(&embedded.Config{StoreDir: dir})
-	if err != nil {
-		return nil, err
-	}
-	defer srv.Stop()
+	defer done()
 	quiet := slog.New(slog.DiscardHandler)
 	wnc, err := srv.Connect()
 	if err != nil {
@@ -57,11 +50,7 @@ func Soak(ctx context.Context, cfg Config, d time.Duration) ([]Figure, error) {
 	if err := w.Start(ctx); err != nil {
 		return nil, err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = w.Stop(sctx)
-	}()
+	defer stopWorker(ctx, w)
 	pnc, err := srv.Connect()
 	if err != nil {
 		return nil, err
