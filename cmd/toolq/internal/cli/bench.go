@@ -26,6 +26,10 @@ func newBenchCmd(g *globals) *cobra.Command {
 		observeRatio  float64
 		workers       []int
 		scenario      string
+		clusterBin    string
+		clusterNodes  int
+		clusterWork   int
+		failoverFor   time.Duration
 		flow          = bench.FlowDefaults()
 		soak          time.Duration
 	)
@@ -52,6 +56,16 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 			}
 			// The phases on stderr as they begin; stdout keeps the figures.
 			cfg.Phase = func(phase string) { g.tell("bench: %s", phase) }
+			if clusterBin != "" {
+				figs, err := bench.RunCluster(cmd.Context(), bench.ClusterConfig{
+					Config: cfg, ServerBin: clusterBin, Nodes: clusterNodes, Workers: clusterWork, FailoverFor: failoverFor,
+					Start: workerProcesses(g, "--replicas", strconv.Itoa(clusterNodes)),
+				})
+				if err != nil {
+					return err
+				}
+				return printFigures(g, figs)
+			}
 			if len(workers) > 0 {
 				return scaleOut(cmd, g, cfg, workers)
 			}
@@ -192,6 +206,10 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 	f.IntVar(&observeRounds, "observe-rounds", 3, "rounds of off and on with --observe (at least 3)")
 	f.Float64Var(&observeRatio, "observe-sample-ratio", 1, "trace sample ratio of --observe's traced rounds (1: every trace)")
 	f.IntSliceVar(&workers, "workers", nil, "measure against the server of --nats with this many `toolq worker` processes instead, one round per count (e.g. 1,2,4); figures end in _workers_N")
+	f.StringVar(&clusterBin, "cluster-server", "", "instead, start a cluster of nats-server processes of this executable (`make nats-server` builds the pinned one), measure with --cluster-workers worker processes on replicated streams, then kill the jobs stream's leader under a steady load: figures end in _cluster, and bench.leader_failover_stall_ms")
+	f.IntVar(&clusterNodes, "cluster-nodes", 3, "nodes (and stream replicas) of --cluster-server")
+	f.IntVar(&clusterWork, "cluster-workers", 2, "worker processes of --cluster-server")
+	f.DurationVar(&failoverFor, "failover-for", 10*time.Second, "how long --cluster-server's steady load runs after the leader is killed")
 	return cmd
 }
 

@@ -20,8 +20,9 @@ import (
 var childEnv []string
 
 // workerProcesses starts `toolq worker` processes of this very binary for
-// bench --workers, logging in as this command does.
-func workerProcesses(g *globals) bench.StartWorker {
+// bench --workers and --cluster-server, logging in as this command does;
+// extra are more flags of the worker command (--replicas).
+func workerProcesses(g *globals, extra ...string) bench.StartWorker {
 	return func(ctx context.Context, url, name string, concurrency int) (func(context.Context) error, error) {
 		exe, err := os.Executable()
 		if err != nil {
@@ -35,6 +36,7 @@ func workerProcesses(g *globals) bench.StartWorker {
 		}
 		args = append(args, "worker", "--name", name, "--builtins", "--no-code-mode", "--no-exec",
 			"--concurrency", fmt.Sprint(concurrency), "--stop-timeout", "10s")
+		args = append(args, extra...)
 		cmd := exec.Command(exe, args...) //nolint:gosec // G204: this binary, with arguments built here
 		cmd.Env = append(os.Environ(), childEnv...)
 		cmd.Stdout = io.Discard

@@ -52,3 +52,36 @@ func TestBenchScaleOut(t *testing.T) {
 	require.Equal(t, 1, code, errOut)
 	require.Contains(t, errOut, "want 1 to 64")
 }
+
+// TestBenchCluster runs bench --cluster-server on a 3-node cluster of
+// nats-server processes with two worker processes: the throughput, latency
+// and redeliveries of R3 streams, then the failover of the jobs stream's
+// leader under load, after which every job completed exactly once.
+func TestBenchCluster(t *testing.T) { //nolint:paralleltest // starts three servers and two workers, and SIGKILLs a server: alone, its timings mean something
+	bin := testutil.NATSServerBinary(t)
+	code, out, errOut := run(t, "bench", "--cluster-server", bin, "--jobs", "400",
+		"--submitters", "4", "--concurrency", "16", "--latency-jobs", "20", "--latency-interval", "1ms",
+		"--failover-for", "3s")
+	require.Equal(t, 0, code, errOut)
+	figs := map[string]float64{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		fs := strings.Fields(line)
+		require.Len(t, fs, 3, line)
+		v, err := strconv.ParseFloat(fs[1], 64)
+		require.NoError(t, err, line)
+		figs[strings.TrimPrefix(fs[0], "bench.")] = v
+	}
+	for _, name := range []string{"e2e_throughput_cluster", "e2e_latency_p99_cluster", "leader_failover_stall_ms", "leader_failover_jobs"} {
+		require.Positive(t, figs[name], "%s in %v", name, figs)
+	}
+	for _, name := range []string{"redelivered_cluster", "leader_failover_lost", "leader_failover_duplicates"} {
+		v, ok := figs[name]
+		require.True(t, ok, "%s in %v", name, figs)
+		require.Zero(t, v, name)
+	}
+	require.Contains(t, errOut, "leader")
+	require.Contains(t, errOut, "killed")
+	code, _, errOut = run(t, "bench", "--cluster-server", bin, "--cluster-nodes", "2")
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "want 3 to 5")
+}
