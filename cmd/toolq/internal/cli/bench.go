@@ -52,6 +52,10 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 			}
 			// The phases on stderr as they begin; stdout keeps the figures.
 			cfg.Phase = func(phase string) { g.tell("bench: %s", phase) }
+			if len(workers) > 0 && scenario != "" {
+				flow.Phase = cfg.Phase
+				return scenarioProcesses(cmd, g, scenario, flow, workers)
+			}
 			if len(workers) > 0 {
 				return scaleOut(cmd, g, cfg, workers)
 			}
@@ -191,8 +195,28 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 	f.BoolVar(&observe, "observe", false, "run again with metrics and tracing on (every trace exported over OTLP/HTTP to a local receiver), in turns with both off, and print every round, both medians and bench.observability_overhead_pct")
 	f.IntVar(&observeRounds, "observe-rounds", 3, "rounds of off and on with --observe (at least 3)")
 	f.Float64Var(&observeRatio, "observe-sample-ratio", 1, "trace sample ratio of --observe's traced rounds (1: every trace)")
-	f.IntSliceVar(&workers, "workers", nil, "measure against the server of --nats with this many `toolq worker` processes instead, one round per count (e.g. 1,2,4); figures end in _workers_N")
+	f.IntSliceVar(&workers, "workers", nil, "measure against the server of --nats with this many `toolq worker` processes instead, one round per count (e.g. 1,2,4); figures end in _workers_N. With --scenario concurrency or ratelimit: that scenario with this many worker processes (one count; 0 is the scenario's own, 8 or 3), one of them killed with SIGKILL in concurrency")
 	return cmd
+}
+
+// scenarioProcesses is bench --scenario concurrency|ratelimit --workers N:
+// the scenario against the server --nats names, its workers in processes
+// of their own.
+func scenarioProcesses(cmd *cobra.Command, g *globals, scenario string, flow bench.FlowConfig, workers []int) error {
+	if len(workers) != 1 {
+		return contracts.Errorf(contracts.CodeInvalidInput, "--scenario with --workers takes one count of worker processes")
+	}
+	opts, err := g.auth.options()
+	if err != nil {
+		return err
+	}
+	figs, err := bench.RunScenarioProcesses(cmd.Context(), scenario, bench.FlowProcConfig{
+		FlowConfig: flow, URL: g.natsURL, Options: opts, Prefix: g.prefix, Workers: workers[0], Start: workerProcesses(g),
+	})
+	if err != nil {
+		return err
+	}
+	return printFigures(g, figs)
 }
 
 // scaleOut is bench --workers: the requester here, the workers in
