@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -235,5 +234,5 @@ func TestKeyIDNamesTheKeyWithoutIt(t *testing.T) {
 	require.Equal(t, id, codeexec.KeyID(codeexec.XAI, keys[codeexec.XAI]))
 	require.NotEqual(t, id, codeexec.KeyID(codeexec.XAI, keys[codeexec.XAI]+"x"))
 	require.NotEqual(t, id, codeexec.KeyID(codeexec.OpenAI, keys[codeexec.XAI]))
-	require.False(t, strings.Contains(keys[codeexec.XAI], id))
+	require.NotContains(t, keys[codeexec.XAI], id)
 }

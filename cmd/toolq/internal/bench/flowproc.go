@@ -344,7 +344,7 @@ func concurrencyProcs(ctx context.Context, cfg FlowProcConfig) ([]Figure, error)
 	}, nil
 }
 
-// ratelimitProcs: noop jobs under a limit of 50 a second (burst 1) on 3
+// ratelimitProcs: noop jobs under a limit of 50 a second (burst Burst) on 3
 // worker processes, measured for Duration from the starts their running
 // events stamp; the limit is removed afterwards and the rest drained.
 func ratelimitProcs(ctx context.Context, cfg FlowProcConfig) ([]Figure, error) {
@@ -362,7 +362,7 @@ func ratelimitProcs(ctx context.Context, cfg FlowProcConfig) ([]Figure, error) {
 	if err != nil {
 		return nil, err
 	}
-	lim := contracts.RateLimit{Tool: worker.ToolNoop, Rate: rate, Per: time.Second, Burst: 1}
+	lim := contracts.RateLimit{Tool: worker.ToolNoop, Rate: rate, Per: time.Second, Burst: max(1, cfg.Burst)}
 	data, _ := json.Marshal(lim)
 	if _, err := kv.Put(ctx, lim.LimitKey(), data); err != nil {
 		return nil, err
@@ -381,7 +381,7 @@ func ratelimitProcs(ctx context.Context, cfg FlowProcConfig) ([]Figure, error) {
 	followed := r.follow(fctx)
 	dur := cfg.Duration
 	n := int(float64(rate)*dur.Seconds()) + rate*5
-	cfg.phase("ratelimit: %d jobs, limit %d/s on %d worker processes, measured for %s", n, rate, workers, dur)
+	cfg.phase("ratelimit: %d jobs, limit %s on %d worker processes, measured for %s", n, lim.String(), workers, dur)
 	if err := r.publish(ctx, worker.ToolNoop, n, json.RawMessage(`{}`), nil); err != nil {
 		return nil, err
 	}
@@ -422,6 +422,7 @@ func ratelimitProcs(ctx context.Context, cfg FlowProcConfig) ([]Figure, error) {
 		{"ratelimit_configured", rate, "jobs/s"},
 		{"ratelimit_observed", observed, "jobs/s"},
 		{"ratelimit_error_pct", errPct, "%"},
+		{"ratelimit_burst", float64(lim.Burst), "jobs"},
 		{"ratelimit_worker_processes", float64(workers), "processes"},
 	}, nil
 }

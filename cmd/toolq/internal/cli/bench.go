@@ -192,6 +192,7 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 	f.IntVar(&flow.Concurrency, "scenario-concurrency", flow.Concurrency, "the worker's slots in a --scenario")
 	f.DurationVar(&soak, "soak", 0, "instead, run throughput rounds of --jobs back to back for this long (e.g. 10m) and print the slopes of heap and goroutines per minute and the redeliveries")
 	f.DurationVar(&flow.Duration, "scenario-duration", flow.Duration, "how long --scenario ratelimit measures")
+	f.IntVar(&flow.Burst, "scenario-burst", 1, "the burst of --scenario ratelimit's limit of 50/s")
 	f.BoolVar(&observe, "observe", false, "run again with metrics and tracing on (every trace exported over OTLP/HTTP to a local receiver), in turns with both off, and print every round, both medians and bench.observability_overhead_pct")
 	f.IntVar(&observeRounds, "observe-rounds", 3, "rounds of off and on with --observe (at least 3)")
 	f.Float64Var(&observeRatio, "observe-sample-ratio", 1, "trace sample ratio of --observe's traced rounds (1: every trace)")

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,7 +88,7 @@ func workerProcesses(g *globals) bench.StartWorker {
 		kill := func() error {
 			select {
 			case <-exited:
-				return fmt.Errorf("bench: worker %s had already exited: %v", name, exitErr)
+				return fmt.Errorf("bench: worker %s had already exited: %w", name, cmp.Or(exitErr, errors.New("exit 0")))
 			default:
 			}
 			if err := cmd.Process.Kill(); err != nil {
