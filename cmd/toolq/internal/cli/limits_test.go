@@ -2,6 +2,8 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -86,4 +88,17 @@ func TestLimitsSetLsRm(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "code_execution")
 	require.NotContains(t, out, "ACME")
+}
+
+// A malformed rate limit in the providers' configuration stops `toolq
+// worker` at start, with the provider and the field in the error.
+func TestWorkerRefusesMalformedProviderRate(t *testing.T) {
+	t.Parallel()
+	url := startBus(t)
+	cfgFile := filepath.Join(t.TempDir(), "providers.json")
+	require.NoError(t, os.WriteFile(cfgFile, []byte(`{"providers": {"xai": {"apiKey": "test-key", "rateLimit": "sixty a minute"}}}`), 0o600))
+	code, _, errOut := run(t, "--nats", url, "worker", "--no-code-mode", "--no-exec", "--providers-config", cfgFile)
+	require.NotEqual(t, 0, code, errOut)
+	require.Contains(t, errOut, "xai rateLimit")
+	require.NotContains(t, errOut, "test-key")
 }
