@@ -40,8 +40,7 @@ type ClusterConfig struct {
 	Nodes int
 	// Workers is the number of worker processes (2 when 0).
 	Workers int
-	// Start starts a worker process; it must create the streams with
-	// Nodes replicas (toolq worker --replicas).
+	// Start starts a worker process; it is given `--replicas <Nodes>`.
 	Start StartWorker
 	// FailoverInterval is the pause between the jobs of the failover run,
 	// a steady load (5 ms when 0); FailoverFor is how long the load runs
@@ -118,21 +117,21 @@ func RunCluster(ctx context.Context, cfg ClusterConfig) (_ []Figure, err error) 
 	defer p.Close()
 
 	cfg.phase("starting %d worker processes (concurrency %d each, R%d streams)", cfg.Workers, cfg.Concurrency, cfg.Nodes)
-	var stops []func(context.Context) error
+	var procs []*WorkerProcess
 	defer func() {
-		cfg.phase("stopping %d worker processes", len(stops))
-		for _, stop := range stops {
+		cfg.phase("stopping %d worker processes", len(procs))
+		for _, wp := range procs {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-			err = errors.Join(err, stop(sctx))
+			err = errors.Join(err, wp.Stop(sctx))
 			cancel()
 		}
 	}()
 	for i := range cfg.Workers {
-		stop, err := cfg.Start(ctx, cl.url(), fmt.Sprintf("bench-cluster-%d", i+1), cfg.Concurrency)
+		wp, err := cfg.Start(ctx, cl.url(), fmt.Sprintf("bench-cluster-%d", i+1), cfg.Concurrency, "--replicas", strconv.Itoa(cfg.Nodes))
 		if err != nil {
 			return nil, err
 		}
-		stops = append(stops, stop)
+		procs = append(procs, wp)
 	}
 	st, err := js.Stream(ctx, contracts.Subjects{}.JobsStream())
 	if err != nil {

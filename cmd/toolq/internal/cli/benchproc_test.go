@@ -85,3 +85,43 @@ func TestBenchCluster(t *testing.T) { //nolint:paralleltest // starts three serv
 	require.Equal(t, 1, code, errOut)
 	require.Contains(t, errOut, "want 3 to 5")
 }
+
+// TestBenchScenarioProcesses runs the concurrency and ratelimit scenarios,
+// small, against a nats-server process with worker processes: one of the
+// three concurrency workers is killed with SIGKILL, and the key was never
+// run past its limit nor left a lease.
+func TestBenchScenarioProcesses(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartServerProcess(t, t.TempDir())
+	figures := func(out string) map[string]float64 {
+		figs := map[string]float64{}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			fs := strings.Fields(line)
+			require.Len(t, fs, 3, line)
+			v, err := strconv.ParseFloat(fs[1], 64)
+			require.NoError(t, err, line)
+			figs[strings.TrimPrefix(fs[0], "bench.")] = v
+		}
+		return figs
+	}
+	code, out, errOut := run(t, "--nats", srv.URL(), "bench", "--scenario", "concurrency", "--workers", "3",
+		"--scenario-backlog", "300", "--scenario-concurrency", "4")
+	require.Equal(t, 0, code, errOut)
+	figs := figures(out)
+	require.Contains(t, errOut, "killing worker process 1 (SIGKILL)")
+	require.InDelta(t, 3.0, figs["concurrency_worker_processes"], 0, out)
+	require.Positive(t, figs["concurrency_max_observed"], out)
+	require.LessOrEqual(t, figs["concurrency_max_observed"], figs["concurrency_limit"], out)
+	require.Zero(t, figs["concurrency_slot_leaks"], out)
+
+	code, out, errOut = run(t, "--nats", srv.URL(), "bench", "--scenario", "ratelimit", "--workers", "2",
+		"--scenario-duration", "2s", "--scenario-concurrency", "4")
+	require.Equal(t, 0, code, errOut)
+	figs = figures(out)
+	require.InDelta(t, 2.0, figs["ratelimit_worker_processes"], 0, out)
+	require.InDelta(t, 50, figs["ratelimit_observed"], 15, out)
+
+	code, _, errOut = run(t, "--nats", srv.URL(), "bench", "--scenario", "fairness", "--workers", "2")
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "want one of [concurrency ratelimit]")
+}

@@ -54,6 +54,7 @@ type workerFlags struct {
 	exec            execFlags
 	ackWait         time.Duration
 	leaseTTL        time.Duration
+	concLeaseTTL    time.Duration
 	providersConfig string
 	// demo is dev's demo provider (--demo-provider), the only provider
 	// of code_execution when set.
@@ -76,6 +77,7 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.providersConfig, "providers-config", "", "JSON file configuring code_execution's providers (keys, base URLs, models, retries, breakers)")
 	cmd.Flags().DurationVar(&f.ackWait, "ack-wait", 30*time.Second, "how long a job may go without a heartbeat before another worker takes it")
 	cmd.Flags().DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "how long a code-mode resume may hold a run before another worker takes it over")
+	cmd.Flags().DurationVar(&f.concLeaseTTL, "concurrency-lease-ttl", 30*time.Second, "how long a dead worker's slot of a concurrency key stays held (the TTL of the concurrency bucket, set by the first worker that makes it)")
 	cmd.Flags().StringVar(&f.snapshotKeyFile, "snapshot-key-file", "", "key that signs code-mode snapshots, shared by every worker (or env TOOLQ_SNAPSHOT_KEY, hex)")
 	cmd.Flags().StringVar(&f.snapshotKeyID, "snapshot-key-id", os.Getenv("TOOLQ_SNAPSHOT_KEY_ID"), "id of the snapshot key, written in every snapshot (default: derived from the key; env TOOLQ_SNAPSHOT_KEY_ID)")
 	cmd.Flags().StringArrayVar(&f.snapshotVerify, "snapshot-verify-key-file", nil, "an older snapshot key still accepted for resumes, as [ID=]FILE (repeatable; for key rotation)")
@@ -124,7 +126,7 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 		Name: f.name, Subjects: g.subjects(), Replicas: f.replicas, StopTimeout: f.stopTimeout,
 		Logger: g.log, Tool: worker.ToolConfig{Concurrency: f.concurrency, AckWait: f.ackWait},
 		Builtins: f.builtins, Tenants: f.tenants, TenantQueueLimit: f.tenantQueue, MaxQueueTime: f.maxQueueTime,
-		CatalogTTL: f.catalogTTL,
+		CatalogTTL: f.catalogTTL, ConcurrencyLeaseTTL: f.concLeaseTTL,
 	}
 	if f.obs != nil {
 		wcfg.Observer = f.obs.Worker()
