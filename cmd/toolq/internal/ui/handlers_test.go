@@ -344,10 +344,10 @@ func (b *bundle) pendingTenantExec(t *testing.T, tenant, command string) (*contr
 	return job, last
 }
 
-// TestBreakersPage: a breaker change a worker announces (the CloudEvent of
-// `toolq worker`'s OnBreakerChange) shows on the breakers page and in the
-// breaker feed.
-func TestBreakersPage(t *testing.T) {
+// TestBreakersFeed: a breaker change a worker announces (the CloudEvent of
+// `toolq worker`'s OnBreakerChange) is in the breaker feed (the page
+// itself reads the breakers bucket: TestBreakersPage).
+func TestBreakersFeed(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ctx := testutil.Context(t, 10*time.Second)
@@ -371,6 +371,4 @@ func TestBreakersPage(t *testing.T) {
 			break
 		}
 	}
-	page := body(t, get(t, b.url+"breakers"))
-	require.Contains(t, page, `<td data-label="Model">grok-4</td><td data-label="State" class="status s-open">open</td>`)
 }
