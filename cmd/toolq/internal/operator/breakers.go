@@ -127,7 +127,8 @@ func (b *BreakerBoard) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	lctx, cancel := context.WithCancel(context.Background())
+	// The loop outlives Start's ctx: Stop ends it.
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	b.mu.Lock()
 	b.kv, b.cancel, b.done = kv, cancel, make(chan struct{})
 	done := b.done

@@ -140,7 +140,9 @@ func TestBreakersPage(t *testing.T) {
 	dnc := srv.Connect(t)
 	dead, err := operator.NewBreakerBoard(testutil.JetStream(t, dnc), &operator.BreakerBoardConfig{
 		Worker: "dead.worker", TTL: 2 * time.Second, Logger: slog.New(slog.DiscardHandler),
-		States: func() map[string]map[string]string { return map[string]map[string]string{"openai": {"gpt-test": contracts.BreakerOpen}} },
+		States: func() map[string]map[string]string {
+			return map[string]map[string]string{"openai": {"gpt-test": contracts.BreakerOpen}}
+		},
 	})
 	require.NoError(t, err)
 	require.NoError(t, dead.Start(ctx))
