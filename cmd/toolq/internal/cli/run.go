@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/toolq/toolq/cmd/toolq/internal/operator"
 	"github.com/toolq/toolq/cmd/toolq/internal/ui"
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/embedded"
@@ -181,8 +183,47 @@ func registerCodeExecution(g *globals, w *worker.Worker, nc *nats.Conn, f *worke
 			logged(c)
 		}
 	}
-	_, err = codeexec.Register(w, cfg)
-	return err
+	// The breakers' current state, in the breakers bucket for the console.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	var tool *codeexec.CodeExecution
+	board, err := operator.NewBreakerBoard(js, &operator.BreakerBoardConfig{
+		Subjects: g.subjects(), Replicas: f.replicas, Worker: w.Name(), Logger: g.log,
+		States: func() map[string]map[string]string { return breakerStates(tool) },
+	})
+	if err != nil {
+		return err
+	}
+	announced := cfg.OnBreakerChange
+	cfg.OnBreakerChange = func(c codeexec.BreakerChange) {
+		announced(c)
+		board.Changed(c.Provider, c.Model, string(c.To), c.At, c.RetryAfterMs)
+	}
+	if tool, err = codeexec.Register(w, cfg); err != nil {
+		return err
+	}
+	return w.Use(board)
+}
+
+// breakerStates is t's breakers now, provider → model → state.
+func breakerStates(t *codeexec.CodeExecution) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	if t == nil {
+		return out
+	}
+	for _, p := range t.Status() {
+		if len(p.Breakers) == 0 {
+			continue
+		}
+		m := make(map[string]string, len(p.Breakers))
+		for model, st := range p.Breakers {
+			m[model] = string(st)
+		}
+		out[p.Provider] = m
+	}
+	return out
 }
 
 // registerCodeMode adds code mode when the worker has a snapshot key.
