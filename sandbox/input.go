@@ -2,10 +2,12 @@ package sandbox
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/evanw/esbuild/pkg/api"
@@ -172,10 +174,44 @@ func prepare(in Input) (string, *positions, error) {
 		pos = newPositions(src, true, sm.Mappings)
 		script = strings.TrimRight(strings.TrimSpace(string(res.Code)), ";")
 	}
-	if err := checkLoaders(script, pos); err != nil {
+	if err := checkLoadersOnce(script, pos); err != nil {
 		return "", nil, err
 	}
 	return script, pos, nil
+}
+
+// acceptedMax bounds the scripts whose loader check is remembered.
+const acceptedMax = 4096
+
+// accepted remembers, by SHA-256, the scripts checkLoaders passed: the
+// check is a pure function of the script's text, and the same code is run
+// again and again (a pipeline's runs, an agent's retries), while its two
+// esbuild transforms cost more CPU than the rest of a short run's exec.
+// Only a pass is remembered; a refusal is parsed again, to be reported.
+var accepted = struct {
+	sync.Mutex
+	by map[[sha256.Size]byte]struct{}
+}{by: map[[sha256.Size]byte]struct{}{}}
+
+// checkLoadersOnce is checkLoaders for a script not passed before.
+func checkLoadersOnce(script string, pos *positions) error {
+	sum := sha256.Sum256([]byte(script))
+	accepted.Lock()
+	_, ok := accepted.by[sum]
+	accepted.Unlock()
+	if ok {
+		return nil
+	}
+	if err := checkLoaders(script, pos); err != nil {
+		return err
+	}
+	accepted.Lock()
+	if len(accepted.by) >= acceptedMax {
+		clear(accepted.by)
+	}
+	accepted.by[sum] = struct{}{}
+	accepted.Unlock()
+	return nil
 }
 
 // clipText cuts s to at most n bytes on a rune boundary, saying how much

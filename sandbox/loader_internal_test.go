@@ -1,0 +1,37 @@
+package sandbox
+
+import (
+	"crypto/sha256"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolq/toolq/contracts"
+)
+
+// A script that passed the loader check passes again without a parse; a
+// refused one is refused every time, and a script differing by one
+// character is parsed on its own.
+func TestLoaderCheckRemembersOnlyPasses(t *testing.T) {
+	t.Parallel()
+	wrap := func(code string) string { return wrapPrefix + code + wrapSuffix }
+	pos := newPositions("x", false, "")
+	ok := wrap(`return typeof globalThis.require + "remembered"`)
+	require.NoError(t, checkLoadersOnce(ok, pos))
+	accepted.Lock()
+	_, remembered := accepted.by[sha256.Sum256([]byte(ok))]
+	accepted.Unlock()
+	require.True(t, remembered)
+	require.NoError(t, checkLoadersOnce(ok, pos))
+
+	bad := wrap(`return typeof require + "remembered"`)
+	for range 2 {
+		err := checkLoadersOnce(bad, pos)
+		require.ErrorIs(t, err, contracts.ErrInvalidInput)
+		require.Contains(t, err.Error(), "require()")
+	}
+	accepted.Lock()
+	_, remembered = accepted.by[sha256.Sum256([]byte(bad))]
+	accepted.Unlock()
+	require.False(t, remembered, "a refusal was remembered")
+}
