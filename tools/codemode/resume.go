@@ -268,7 +268,7 @@ func (c *CodeMode) replay(ctx context.Context, rec *record) (*sandbox.Outcome, e
 	}
 	out, err := c.cfg.Engine.Exec(ctx, &sandbox.ExecRequest{
 		Input:   sandbox.Input{Code: rec.Code, Language: rec.Language},
-		Catalog: tools, Limits: rec.Limits, RunID: rec.RunID, Session: bindSession(rec.Tenant, rec.Session), Step: rec.Waits + 1,
+		Catalog: tools, Limits: rec.Limits, RunID: rec.RunID, Session: bindSession(rec.Tenant, rec.Session), Step: rec.Waits + 1, Scope: rec.Tenant,
 		Bridge: &bridge{refs: rec.Catalog, restartSafe: true, replay: answers},
 	})
 	if err != nil {
