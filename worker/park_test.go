@@ -62,7 +62,7 @@ func TestEmitAfterParkSkipsTheReadButNotTheCheck(t *testing.T) {
 	})
 	ctx := testutil.Context(t, 10*time.Second)
 	park := func() *contracts.Job {
-		job := b.submit(t, "ask", `{}`, nil)
+		job := b.submit(t, "ask", `{}`, nil) //nolint:contextcheck // the bundle's helpers make their own contexts
 		ev, err := b.prod.Await(ctx, job.Session, job.ID, &producer.AwaitOpts{Parked: true})
 		require.NoError(t, err)
 		require.Equal(t, contracts.StatusApprovalPending, ev.Data.Status)

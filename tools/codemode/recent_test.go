@@ -50,7 +50,7 @@ func TestResultTakesTheRunFromTheWorkersOwnCopy(t *testing.T) {
 	}
 	answer := func(job *contracts.Job, p contracts.CodeModePendingToolCall, v int) {
 		require.NoError(t, b.prod.SubmitToolResult(ctx, job.Session, job.ID, p, json.RawMessage(strconv.Itoa(v)), nil))
-		final := b.await(t, job, false)
+		final := b.await(t, job, false) //nolint:contextcheck // the bundle's helpers make their own contexts
 		require.Equal(t, contracts.StatusCompleted, final.Data.Status, string(final.Data.Result))
 		require.JSONEq(t, strconv.Itoa(v+1), string(result(t, final.Data.Result).Value))
 		require.NoError(t, nc.Flush()) // the worker's requests were routed before its answers
