@@ -252,6 +252,26 @@ func (h *hopTracer) reportLegs(b *testing.B) {
 			}
 		}
 	}
+	// The round trips a run makes on the records and events besides the
+	// legs' own messages, per run (mean): record writes (every one a CAS),
+	// record reads, and reads of a job's last event (the requester's await
+	// makes one).
+	counts := []struct{ name, what string }{
+		{"record_writes/run", "kv toolq_runs put"},
+		{"record_reads/run", "direct get KV_toolq_runs"},
+		{"event_reads/run", "direct get TOOLQ_EVENTS"},
+	}
+	for _, c := range counts {
+		n := 0
+		for _, run := range h.runs {
+			for _, x := range run {
+				if x.what == c.what {
+					n++
+				}
+			}
+		}
+		b.ReportMetric(float64(n)/float64(len(h.runs)), c.name)
+	}
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "round trip by leg over %d runs (median ms, share of runs):\n", len(h.runs))
 	for i, l := range legs {
