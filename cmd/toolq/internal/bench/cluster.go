@@ -179,7 +179,8 @@ func failover(ctx context.Context, cfg ClusterConfig, cl *cluster, js jetstream.
 	session := "failover-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	var (
 		mu        sync.Mutex
-		completed []time.Time // completion times, in arrival order
+		completed []time.Time // when the requester received each job's terminal event
+		ended     []time.Time // when the worker wrote it (the event's time)
 		terminal  = map[string]int{}
 		latencies []time.Duration
 		submitted = map[string]time.Time{}
@@ -198,6 +199,7 @@ func failover(ctx context.Context, cfg ClusterConfig, cl *cluster, js jetstream.
 			terminal[ev.Data.JobID]++
 			if terminal[ev.Data.JobID] == 1 {
 				completed = append(completed, now)
+				ended = append(ended, ev.Time)
 				if t, ok := submitted[ev.Data.JobID]; ok {
 					latencies = append(latencies, now.Sub(t))
 				}
@@ -280,31 +282,16 @@ func failover(ctx context.Context, cfg ClusterConfig, cl *cluster, js jetstream.
 	for _, n := range terminal {
 		dups += n - 1
 	}
-	// The stall: the longest time no job completed while the load ran,
-	// from a little before the kill (a gap that began then is the kill's)
-	// to the first completion after the load's end. A job whose delivery
-	// the dead leader took with it completes only after its ack wait; it
-	// is counted in the redeliveries and the latency's maximum, not here.
-	slices.SortFunc(completed, func(a, b time.Time) int { return a.Compare(b) })
-	var stall time.Duration
+	// The stalls: the longest time no job ended on a worker (the event's
+	// time), and the longest the requester received none, while the load
+	// ran. A job whose delivery the dead leader took with it completes
+	// only after its ack wait; it is counted in the latency's maximum, not
+	// here.
 	from := killedAt.Add(-200 * time.Millisecond)
-	prev := from
-	for _, t := range completed {
-		if t.Before(from) {
-			continue
-		}
-		stall = max(stall, t.Sub(prev))
-		prev = t
-		if t.After(loadEnd) {
-			break
-		}
-	}
-	if prev.Before(loadEnd) {
-		stall = max(stall, loadEnd.Sub(prev))
-	}
 	slices.Sort(latencies)
 	return []Figure{
-		{"leader_failover_stall_ms", ms(stall), "ms"},
+		{"leader_failover_stall_ms", ms(longestGap(ended, from, loadEnd)), "ms"},
+		{"leader_failover_requester_stall_ms", ms(longestGap(completed, from, loadEnd)), "ms"},
 		{"leader_failover_latency_p50", ms(pct(latencies, 50)), "ms"},
 		{"leader_failover_latency_max", ms(pct(latencies, 100)), "ms"},
 		{"leader_failover_jobs", float64(total), "jobs"},
@@ -312,6 +299,27 @@ func failover(ctx context.Context, cfg ClusterConfig, cl *cluster, js jetstream.
 		{"leader_failover_redelivered", float64(redelivered(ctx, js) - redeliveredBefore), "jobs"},
 		{"leader_failover_duplicates", float64(dups), "events"},
 	}, nil
+}
+
+// longestGap is the longest time between consecutive times of ts (in any
+// order) from from on, counting up to the first one after end, or up to
+// end when none is later.
+func longestGap(ts []time.Time, from, end time.Time) time.Duration {
+	ts = slices.Clone(ts)
+	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+	var gap time.Duration
+	prev := from
+	for _, t := range ts {
+		if t.Before(from) {
+			continue
+		}
+		gap = max(gap, t.Sub(prev))
+		prev = t
+		if t.After(end) {
+			return gap
+		}
+	}
+	return max(gap, end.Sub(prev))
 }
 
 // submitRetrying submits a noop job with the given id until the bus takes

@@ -71,7 +71,7 @@ func TestBenchCluster(t *testing.T) { //nolint:paralleltest // starts three serv
 		require.NoError(t, err, line)
 		figs[strings.TrimPrefix(fs[0], "bench.")] = v
 	}
-	for _, name := range []string{"e2e_throughput_cluster", "e2e_latency_p99_cluster", "leader_failover_stall_ms", "leader_failover_jobs"} {
+	for _, name := range []string{"e2e_throughput_cluster", "e2e_latency_p99_cluster", "leader_failover_stall_ms", "leader_failover_requester_stall_ms", "leader_failover_jobs"} {
 		require.Positive(t, figs[name], "%s in %v", name, figs)
 	}
 	for _, name := range []string{"redelivered_cluster", "leader_failover_lost", "leader_failover_duplicates"} {
