@@ -58,12 +58,16 @@ func (s Subjects) TenantJobLanes(tenant, tool string, p Priority) []string {
 
 // SessionJob is the subject a producer submits job on: its tool, level and
 // its session's lane (lane 0 for a Guarded tool).
-func (s Subjects) SessionJob(job *Job) string {
+func (s Subjects) SessionJob(job *Job) string { return s.TenantSessionJob("", job) }
+
+// TenantSessionJob is SessionJob in tenant's subspace (the toolq account's
+// name of it).
+func (s Subjects) TenantSessionJob(tenant string, job *Job) string {
 	lane := 0
 	if !Guarded(job.Tool) {
 		lane = LaneOf(job.Session)
 	}
-	return s.JobLane(job.Tool, job.Priority, lane)
+	return s.TenantJobLane(tenant, job.Tool, job.Priority, lane)
 }
 
 // ConsumerNameLane is the durable consumer of tool's jobs at level p on
