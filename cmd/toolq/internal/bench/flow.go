@@ -136,7 +136,7 @@ func startFlowRigLanes(ctx context.Context, cfg FlowConfig, lanes bool, tenants 
 // publish queues n jobs of flowTool on subject with ids prefix<i>, and
 // returns when each was acknowledged; sent gets the time of each publish.
 func (r *flowRig) publish(ctx context.Context, subject, prefix string, n, ms int, sent map[string]time.Time) error {
-	const window = 4096
+	const window = 4000 // below jetstream's default PublishAsyncMaxPending (4000), so a publish never stalls
 	pending := make([]jetstream.PubAckFuture, 0, window)
 	drain := func(keep int) error {
 		for len(pending) > keep {
