@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
 	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/worker"
@@ -203,4 +204,69 @@ func TestSessionLanesSwitch(t *testing.T) {
 		require.Equal(t, contracts.StatusCompleted, b.await(t, job).Data.Status)
 		require.NoError(t, w.Stop(ctx))
 	}
+}
+
+// TestLanesDoNotWidenATenantsShare backlogs two tenants of equal weight on a
+// one-slot tool with lanes apart: SPREAD's jobs on all four lanes (four
+// pull loops), ONE's on one lane. Tenants are served before lanes, so each
+// still gets half of the starts, not four in five.
+func TestLanesDoNotWidenATenantsShare(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := testutil.Context(t, 30*time.Second)
+	for _, name := range []string{"SPREAD", "ONE"} {
+		require.NoError(t, bus.AddTenant(ctx, b.js, bus.Config{}, contracts.TenantRecord{Name: name}))
+	}
+	release := make(chan struct{})
+	var rec starts
+	b.startWorker(t, &worker.Config{Tenants: true, SessionLanes: true}, func(w *worker.Worker) {
+		require.NoError(t, w.Register("share", worker.HandlerFunc(func(ctx context.Context, job *contracts.Job) (json.RawMessage, error) {
+			if job.ID == "blocker" {
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+				return nil, nil
+			}
+			rec.add(job)
+			time.Sleep(2 * time.Millisecond)
+			return nil, nil
+		}), &worker.ToolConfig{Concurrency: 1}))
+	})
+	blocker := b.submit(t, "share", ``, &producer.SubmitOpts{ID: "blocker", Session: quietSession})
+	s := contracts.Subjects{}
+	waitDelivered(t, b.js, s.JobsStream(), s.ConsumerNameLane("share", contracts.PriorityNormal, contracts.LaneOf(quietSession)), 1)
+	var acks []jetstream.PubAckFuture
+	for i := range 80 {
+		for tenant, session := range map[string]string{"SPREAD": []string{"a", "b", "c", "d"}[i%4], "ONE": "a"} {
+			job := &contracts.Job{ID: fmt.Sprintf("%s%03d", tenant, i), Tool: "share", Session: session, CreatedAt: time.Now().UTC()}
+			body, err := json.Marshal(job)
+			require.NoError(t, err)
+			f, err := b.js.PublishAsync(s.TenantSessionJob(tenant, job), body, jetstream.WithMsgID(job.ID))
+			require.NoError(t, err)
+			acks = append(acks, f)
+		}
+	}
+	for _, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			require.NoError(t, err)
+		case <-ctx.Done():
+			t.Fatal("publish not acknowledged")
+		}
+	}
+	close(release)
+	b.await(t, blocker)
+	require.Eventually(t, func() bool { return len(rec.snapshot()) >= 40 }, 20*time.Second, 5*time.Millisecond)
+	spread := 0
+	lanes := map[int]bool{}
+	for _, j := range rec.snapshot()[:40] {
+		if j.Tenant == "SPREAD" {
+			spread++
+			lanes[contracts.LaneOf(j.Session)] = true
+		}
+	}
+	require.InDelta(t, 20, spread, 4, "SPREAD got %d of the first 40 starts", spread)
+	require.Len(t, lanes, contracts.SessionLanes, "SPREAD's lanes took turns")
 }
