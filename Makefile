@@ -22,6 +22,10 @@ wasm: ## Fetch the pinned, sha256-verified quickjs.wasm (npm quickjs-wasi 3.7.0)
 build: wasm ## Build bin/toolq
 	$(GO) build -o bin/toolq ./cmd/toolq
 
+.PHONY: nats-server
+nats-server: ## Build bin/nats-server from the nats-server module version go.mod pins (for bench --cluster-server)
+	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
+
 .PHONY: dev
 dev: build ## Run toolq dev: embedded NATS + a worker with every tool, and a self-check job
 	@# the binary itself, not `go run`, which exits 1 after Ctrl-C and makes make print an error

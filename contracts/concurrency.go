@@ -57,4 +57,7 @@ type ThrottledDetails struct {
 	Limit int    `json:"limit,omitempty"`
 	// Rate is the tool's rate limit ("60/min burst 10") for "rate".
 	Rate string `json:"rate,omitempty"`
+	// Provider names the provider whose API key's rate limit the job
+	// waits for (Key is then empty: the event never names the key).
+	Provider string `json:"provider,omitempty"`
 }

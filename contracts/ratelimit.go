@@ -10,12 +10,22 @@ import (
 // RateLimit caps how often jobs of a tool start, for one tenant, across
 // all workers: Rate jobs per Per, with bursts of up to Burst at once. Jobs
 // over it wait (they are not failed). It is the JSON value of a limit key
-// of the limits bucket (RateLimitKey).
+// of the limits bucket (LimitKey).
+//
+// A limit with Provider instead of Tool caps the requests made with one
+// API key of a provider (KeyID, a fingerprint of the key, never the key),
+// whichever tenant's job makes them: the key is shared. Without KeyID it
+// is the operator's limit for every key of the provider.
 type RateLimit struct {
-	// Tool is the tool the limit applies to.
-	Tool string `json:"tool"`
+	// Tool is the tool the limit applies to; empty for a provider's.
+	Tool string `json:"tool,omitempty"`
 	// Tenant is the tenant whose jobs it counts ("" for the default one).
+	// A provider's limit has none.
 	Tenant string `json:"tenant,omitempty"`
+	// Provider and KeyID name a provider's API key (KeyID empty: every key
+	// of the provider).
+	Provider string `json:"provider,omitempty"`
+	KeyID    string `json:"key_id,omitempty"`
 	// Rate jobs per Per.
 	Rate int           `json:"rate"`
 	Per  time.Duration `json:"per"`
@@ -34,7 +44,11 @@ func (r *RateLimit) Interval() time.Duration { return r.Per / time.Duration(r.Ra
 
 // Validate checks a rate limit. Its errors are invalid_input.
 func (r *RateLimit) Validate() error {
-	if err := ValidateTool(r.Tool); err != nil {
+	if r.Provider != "" || r.KeyID != "" {
+		if err := r.validateProvider(); err != nil {
+			return err
+		}
+	} else if err := ValidateTool(r.Tool); err != nil {
 		return err
 	}
 	if r.Tenant != "" {
@@ -53,6 +67,94 @@ func (r *RateLimit) Validate() error {
 		return Errorf(CodeInvalidInput, "burst %d out of range [1, %d]", r.Burst, MaxRateLimitBurst)
 	}
 	return nil
+}
+
+func (r *RateLimit) validateProvider() error {
+	switch {
+	case r.Tool != "":
+		return Errorf(CodeInvalidInput, "a rate limit names a tool or a provider, not both")
+	case r.Tenant != "":
+		return Errorf(CodeInvalidInput, "a provider's rate limit has no tenant: its key is shared by every tenant")
+	case !ValidID(r.Provider):
+		return Errorf(CodeInvalidInput, "provider %q is not a valid provider name", clip(r.Provider, 32))
+	case r.KeyID != "" && !ValidKeyID(r.KeyID):
+		return Errorf(CodeInvalidInput, "key id %q: want %d lowercase hex digits", clip(r.KeyID, 32), KeyIDLength)
+	}
+	return nil
+}
+
+// KeyIDLength is the length of a provider key's id (hex digits).
+const KeyIDLength = 16
+
+// ValidKeyID reports whether s is a provider key's id: KeyIDLength
+// lowercase hex digits.
+func ValidKeyID(s string) bool {
+	if len(s) != KeyIDLength {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Subject names what the limit counts: its tool, "provider <p>" or
+// "provider <p> key <id>".
+func (r *RateLimit) Subject() string {
+	switch {
+	case r.Provider == "":
+		return r.Tool
+	case r.KeyID == "":
+		return "provider " + r.Provider
+	default:
+		return "provider " + r.Provider + " key " + r.KeyID
+	}
+}
+
+// LimitKey is the key the limit is stored under in the limits bucket.
+func (r *RateLimit) LimitKey() string { return "limit." + r.scope() }
+
+// StateKey is the key of the limit's state (RateStateKey,
+// ProviderRateStateKey).
+func (r *RateLimit) StateKey() string { return "tat." + r.scope() }
+
+// OverrideKeys are the keys of the limits bucket whose limit replaces r
+// when r is a default (a tool pack's, from its configuration), first match
+// first: a provider key's own limit, then its provider's.
+func (r *RateLimit) OverrideKeys() []string {
+	if r.Provider != "" && r.KeyID != "" {
+		return []string{r.LimitKey(), ProviderRateLimitKey(r.Provider, "")}
+	}
+	return []string{r.LimitKey()}
+}
+
+func (r *RateLimit) scope() string {
+	if r.Provider != "" {
+		return providerScope(r.Provider, r.KeyID)
+	}
+	return limitScope(r.Tenant, r.Tool)
+}
+
+func providerScope(provider, keyID string) string {
+	if keyID == "" {
+		return "p." + provider
+	}
+	return "p." + provider + "." + keyID
+}
+
+// ProviderRateLimitKey is the key of a provider key's rate limit,
+// limit.p.<provider>.<key id>, or with keyID empty of the limit for every
+// key of the provider, limit.p.<provider>.
+func ProviderRateLimitKey(provider, keyID string) string {
+	return "limit." + providerScope(provider, keyID)
+}
+
+// ProviderRateStateKey is the key of a provider key's GCRA state,
+// tat.p.<provider>.<key id>, written by workers only.
+func ProviderRateStateKey(provider, keyID string) string {
+	return "tat." + providerScope(provider, keyID)
 }
 
 // String writes the limit as ParseRate reads it, with its burst.
@@ -122,8 +224,8 @@ func DecodeRateLimit(key string, data []byte) (*RateLimit, error) {
 	if err := lim.Validate(); err != nil {
 		return nil, err
 	}
-	if RateLimitKey(lim.Tenant, lim.Tool) != key {
-		return nil, Errorf(CodeInvalidInput, "rate limit under %q names tool %q of tenant %q", key, lim.Tool, lim.Tenant)
+	if lim.LimitKey() != key {
+		return nil, Errorf(CodeInvalidInput, "rate limit under %q names %s of tenant %q", key, clip(lim.Subject(), 64), lim.Tenant)
 	}
 	return &lim, nil
 }

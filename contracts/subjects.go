@@ -65,6 +65,12 @@ func (s Subjects) ExecPolicyBucket() string { return s.bucket("exec_policy") }
 // (<prefix>_schedules).
 func (s Subjects) SchedulesBucket() string { return s.bucket("schedules") }
 
+// BreakersBucket is the KV bucket of the provider breakers' current state
+// (<prefix>_breakers): one BreakerRecord per worker and provider under
+// BreakerKey, rewritten by its worker within the bucket's TTL, so a dead
+// worker's entries expire.
+func (s Subjects) BreakersBucket() string { return s.bucket("breakers") }
+
 // KVStream is the stream behind KV bucket: "KV_<bucket>". A bucket name
 // already carries the prefix, so this and KVSubject need none.
 func KVStream(bucket string) string { return "KV_" + bucket }

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -53,7 +54,7 @@ func TestCompose(t *testing.T) {
 	p, err := loadCompose(t, composeEnv(), "*")
 	require.NoError(t, err)
 	require.Equal(t, "toolq", p.Name)
-	require.ElementsMatch(t, []string{"nats-1", "nats-2", "nats-3", "worker", "worker-exec", "scheduler", "redis"}, p.ServiceNames())
+	require.ElementsMatch(t, []string{"nats-1", "nats-2", "nats-3", "worker", "worker-exec", "scheduler", "redis", "jaeger"}, p.ServiceNames())
 
 	// Three NATS nodes of one cluster, each its own name and store.
 	nats := []string{"nats-1", "nats-2", "nats-3"}
@@ -115,6 +116,55 @@ func TestCompose(t *testing.T) {
 	p, err = loadCompose(t, composeEnv())
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{"nats-1", "nats-2", "nats-3", "worker", "scheduler"}, p.ServiceNames())
+}
+
+// otelVars are the OpenTelemetry variables every toolq service passes on.
+var otelVars = []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_HEADERS", "OTEL_TRACES_SAMPLER_ARG"}
+
+// TestComposeTracing: traces are off unless the operator sets the
+// endpoint (toolq exports when OTEL_EXPORTER_OTLP_ENDPOINT is not empty),
+// and with it set every worker and the scheduler get the same settings; the
+// endpoint of the profile's Jaeger names a service and a port it takes.
+func TestComposeTracing(t *testing.T) {
+	t.Parallel()
+	toolq := []string{"worker", "worker-exec", "scheduler"}
+
+	p, err := loadCompose(t, composeEnv(), "*")
+	require.NoError(t, err)
+	for _, name := range toolq {
+		s := service(t, p, name)
+		for _, v := range otelVars {
+			val, ok := s.Environment[v]
+			require.True(t, ok, "%s passes %s on", name, v)
+			require.Empty(t, *val, "%s: %s is empty, so tracing is off", name, v)
+		}
+	}
+
+	env := composeEnv()
+	env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://jaeger:4318"
+	env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "grpc"
+	env["OTEL_EXPORTER_OTLP_HEADERS"] = "x-team=ops"
+	env["OTEL_TRACES_SAMPLER_ARG"] = "0.25"
+	p, err = loadCompose(t, env, "tracing")
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"nats-1", "nats-2", "nats-3", "worker", "scheduler", "jaeger"}, p.ServiceNames())
+	_, err = p.GetService("worker-exec")
+	require.Error(t, err, "the exec worker is not in the tracing profile")
+	for _, name := range []string{"worker", "scheduler"} {
+		s := service(t, p, name)
+		for _, v := range otelVars {
+			require.Equal(t, env[v], *s.Environment[v], "%s: %s", name, v)
+		}
+	}
+	u, err := url.Parse(env["OTEL_EXPORTER_OTLP_ENDPOINT"])
+	require.NoError(t, err)
+	j := service(t, p, u.Hostname())
+	require.Equal(t, []string{"tracing"}, j.Profiles)
+	require.Contains(t, j.Expose, u.Port(), "the endpoint's port")
+	require.Contains(t, j.Expose, "4317", "OTLP/gRPC's port")
+	require.Len(t, j.Ports, 1)
+	require.Equal(t, "127.0.0.1", j.Ports[0].HostIP, "the UI on loopback only")
+	require.Equal(t, uint32(16686), j.Ports[0].Target)
 }
 
 func TestComposeNeedsSecrets(t *testing.T) {

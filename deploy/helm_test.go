@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -409,6 +410,23 @@ func TestChartCombinations(t *testing.T) {
 			},
 		},
 		{
+			// values.schema.json once typed these lists as strings.
+			name: "network policy: NATS peers and extra egress rules",
+			values: map[string]any{"networkPolicy": map[string]any{
+				"natsTo":      []any{map[string]any{"ipBlock": map[string]any{"cidr": "10.0.0.0/8"}}},
+				"extraEgress": []any{map[string]any{"ports": []any{map[string]any{"port": 5432, "protocol": "TCP"}}}},
+			}},
+			check: func(t *testing.T, m *manifests) {
+				t.Helper()
+				for _, np := range typed[*networkingv1.NetworkPolicy](t, m.all("NetworkPolicy")) {
+					require.Contains(t, egressPorts(np), int32(5432), np.Name)
+					require.True(t, slices.ContainsFunc(np.Spec.Egress, func(r networkingv1.NetworkPolicyEgressRule) bool {
+						return slices.Contains(portsOf(r), 4222) && len(r.To) == 1 && r.To[0].IPBlock.CIDR == "10.0.0.0/8"
+					}), np.Name)
+				}
+			},
+		},
+		{
 			name:   "no autoscaling: fixed replicas",
 			values: map[string]any{"autoscaling": map[string]any{"keda": map[string]any{"enabled": false}, "hpa": map[string]any{"enabled": false}}},
 			check: func(t *testing.T, m *manifests) {
@@ -725,4 +743,146 @@ func TestChartNATSValues(t *testing.T) {
 	// relative to that file.
 	require.Equal(t, "/etc/nats-config/toolq", v.NATS.Container.Merge.VolumeMounts[0].MountPath)
 	require.Equal(t, "./toolq/accounts.conf", v.NATS.Config.Merge["$include"])
+}
+
+// otlpArgs are the tracing flags of toolq worker and toolq scheduler.
+var otlpArgs = []string{"--otlp-endpoint", "--otlp-protocol", "--trace-sample-ratio"}
+
+// TestChartTracing: with tracing off no Deployment gets a tracing flag or
+// variable and no NetworkPolicy opens a collector's port; with it on every
+// worker group and the scheduler get the same flags, the headers from the
+// named Secret, resource attributes naming their own Deployment and pod,
+// and egress to the endpoint's port.
+func TestChartTracing(t *testing.T) {
+	t.Parallel()
+	deployments := []string{general, execGroup, scheduler}
+
+	t.Run("off", func(t *testing.T) {
+		t.Parallel()
+		m := render(t, map[string]any{"tracing": map[string]any{"endpoint": "otel.observability.svc:4317"}})
+		checkRelease(t, m)
+		require.ElementsMatch(t, deployments, m.names("Deployment"))
+		for _, name := range deployments {
+			c := m.deployment(t, name).Spec.Template.Spec.Containers[0]
+			for _, f := range otlpArgs {
+				_, ok := flagValue(c.Args, f)
+				require.False(t, ok, "%s: %s with tracing off", name, f)
+			}
+			for _, e := range c.Env {
+				require.False(t, strings.HasPrefix(e.Name, "OTEL_"), "%s: %s with tracing off", name, e.Name)
+			}
+		}
+		for _, np := range typed[*networkingv1.NetworkPolicy](t, m.all("NetworkPolicy")) {
+			require.NotContains(t, egressPorts(np), int32(4317), np.Name)
+		}
+	})
+
+	for _, tc := range []struct {
+		name, endpoint, protocol string
+		ratio                    any
+		port                     int32
+		to                       []any
+	}{
+		{name: "grpc host:port", endpoint: "otel.observability.svc:4317", protocol: "grpc", ratio: 0.25, port: 4317},
+		{name: "http URL with a path", endpoint: "http://otel.observability.svc:4318/v1/traces", protocol: "http/protobuf", ratio: 1, port: 4318},
+		{
+			name: "https URL without a port", endpoint: "https://otlp.vendor.example", protocol: "http/protobuf", ratio: 0.01, port: 443,
+			to: []any{map[string]any{"ipBlock": map[string]any{"cidr": "203.0.113.0/24"}}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := render(t, map[string]any{
+				"tracing": map[string]any{
+					"enabled": true, "endpoint": tc.endpoint, "protocol": tc.protocol, "sampleRatio": tc.ratio,
+					"headers": map[string]any{"existingSecret": "otel-headers", "key": "api"}, //nolint:gosec // G101: the name of a Secret and its key, no credential
+				},
+				"networkPolicy": map[string]any{"otlpTo": tc.to},
+			})
+			checkRelease(t, m, "otel-headers")
+			for _, name := range deployments {
+				c := m.deployment(t, name).Spec.Template.Spec.Containers[0]
+				for f, want := range map[string]string{
+					"--otlp-endpoint": tc.endpoint, "--otlp-protocol": tc.protocol, "--trace-sample-ratio": fmt.Sprint(tc.ratio),
+				} {
+					got, ok := flagValue(c.Args, f)
+					require.True(t, ok, "%s: no %s in %v", name, f, c.Args)
+					require.Equal(t, want, got, "%s: %s", name, f)
+				}
+				h, ok := env(c, "OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+				require.True(t, ok, name)
+				require.Equal(t, &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "otel-headers"}, Key: "api"},
+					h.ValueFrom.SecretKeyRef, name)
+				// $(TOOLQ_POD_NAME) expands only after its definition.
+				pod := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "TOOLQ_POD_NAME" })
+				attrs := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "OTEL_RESOURCE_ATTRIBUTES" })
+				require.NotEqual(t, -1, pod, name)
+				require.Greater(t, attrs, pod, "%s: the attributes follow the pod name they expand", name)
+				require.Equal(t, "metadata.name", c.Env[pod].ValueFrom.FieldRef.FieldPath)
+				require.Equal(t, "k8s.namespace.name="+namespace+",k8s.deployment.name="+name+",k8s.pod.name=$(TOOLQ_POD_NAME)",
+					c.Env[attrs].Value, name)
+			}
+			nps := typed[*networkingv1.NetworkPolicy](t, m.all("NetworkPolicy"))
+			require.Len(t, nps, 2, "the workers' and the scheduler's")
+			for _, np := range nps {
+				require.Contains(t, egressPorts(np), tc.port, np.Name)
+				if tc.to != nil {
+					require.True(t, slices.ContainsFunc(np.Spec.Egress, func(r networkingv1.NetworkPolicyEgressRule) bool {
+						return slices.Contains(portsOf(r), tc.port) && len(r.To) == 1 && r.To[0].IPBlock != nil && r.To[0].IPBlock.CIDR == "203.0.113.0/24"
+					}), "%s: the collector's port, to otlpTo only", np.Name)
+				}
+			}
+		})
+	}
+
+	t.Run("no headers secret", func(t *testing.T) {
+		t.Parallel()
+		m := render(t, map[string]any{"tracing": map[string]any{"enabled": true, "endpoint": "otel:4317"}})
+		checkRelease(t, m)
+		for _, name := range deployments {
+			c := m.deployment(t, name).Spec.Template.Spec.Containers[0]
+			_, ok := env(c, "OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+			require.False(t, ok, name)
+			p, _ := flagValue(c.Args, "--otlp-protocol")
+			require.Equal(t, "http/protobuf", p, "%s: the default protocol", name)
+			r, _ := flagValue(c.Args, "--trace-sample-ratio")
+			require.Equal(t, "1", r, "%s: the default ratio", name)
+		}
+	})
+
+	for name, tc := range map[string]struct {
+		values map[string]any
+		err    string
+	}{
+		"no endpoint":       {map[string]any{"enabled": true}, "tracing.endpoint is required"},
+		"a path, no scheme": {map[string]any{"enabled": true, "endpoint": "otel/v1/traces"}, "want http(s)://host:port[/path] or host:port"},
+		"another scheme":    {map[string]any{"enabled": true, "endpoint": "udp://otel:4317"}, "want http(s)://host:port[/path] or host:port"},
+		"unknown protocol":  {map[string]any{"enabled": true, "endpoint": "otel:4317", "protocol": "thrift"}, "/tracing/protocol': value must be one of 'http/protobuf', 'grpc'"},
+		"ratio above 1":     {map[string]any{"enabled": true, "endpoint": "otel:4317", "sampleRatio": 2}, "sampleRatio"},
+		"misspelt value":    {map[string]any{"enabled": true, "endpoint": "otel:4317", "ratio": 0.5}, "additional properties 'ratio' not allowed"},
+	} {
+		t.Run("rejects "+name, func(t *testing.T) {
+			t.Parallel()
+			_, err := renderChart(chartDir, values(map[string]any{"tracing": tc.values}))
+			require.ErrorContains(t, err, tc.err)
+		})
+	}
+}
+
+// portsOf returns the ports of an egress rule.
+func portsOf(r networkingv1.NetworkPolicyEgressRule) []int32 {
+	var out []int32
+	for _, p := range r.Ports {
+		out = append(out, p.Port.IntVal)
+	}
+	return out
+}
+
+// egressPorts returns every port a NetworkPolicy lets its pods reach.
+func egressPorts(np *networkingv1.NetworkPolicy) []int32 {
+	var out []int32
+	for _, r := range np.Spec.Egress {
+		out = append(out, portsOf(r)...)
+	}
+	return out
 }

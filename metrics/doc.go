@@ -12,9 +12,12 @@
 // toolq_dead_letters_total{tool}, toolq_consumer_pending{tool,tenant} and
 // toolq_consumer_ack_pending{tool,tenant} (read on the worker's timer, not at
 // scrape time). Code mode: toolq_codemode_suspends_total,
-// toolq_codemode_resumes_total{from}, toolq_codemode_snapshot_bytes. Exec:
+// toolq_codemode_resumes_total{from}, toolq_codemode_snapshot_bytes,
+// toolq_codemode_runs_stored{tenant}. Exec:
 // toolq_exec_approvals_requested_total{tenant},
-// toolq_exec_approvals_decided_total{tenant,verdict}. Providers:
+// toolq_exec_approvals_decided_total{tenant,verdict},
+// toolq_exec_approvals_pending{tenant},
+// toolq_exec_approvals_oldest_pending_seconds{tenant}. Providers:
 // toolq_provider_breaker_state{provider,model}. Scheduler:
 // toolq_schedule_firings_total, toolq_schedule_firing_lateness_seconds,
 // toolq_schedule_catchups_total, toolq_schedule_firing_errors_total.

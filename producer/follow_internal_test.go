@@ -93,3 +93,53 @@ func TestAwaitKeepsTheIdleFollowerItFound(t *testing.T) {
 	require.NoError(t, a.err, "the waiter was left on a stopped follower")
 	require.Equal(t, contracts.StatusCompleted, a.ev.Data.Status)
 }
+
+// TestAwaitReadsAgainWhatTheFollowerMissed: a terminal event the follower
+// did not hand to the waiter (in a cluster: dispatched just before the
+// waiter was registered, while the direct get that should have found it
+// was answered by a replica without it) is found by Await's re-read. The
+// test takes the waiter off the follower once Await waits, then stores the
+// event: only the re-read can return it.
+func TestAwaitReadsAgainWhatTheFollowerMissed(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartJetStream(t)
+	nc := srv.Connect(t)
+	js := testutil.JetStream(t, nc)
+	ctx := testutil.Context(t, 30*time.Second)
+	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
+	events, err := bus.NewEvents(ctx, js, contracts.Subjects{})
+	require.NoError(t, err)
+	p, err := New(nc, &Config{Session: "s", Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+
+	waiting := make(chan struct{})
+	p.hooks = &awaitHooks{waiting: func(session, jobID string) {
+		p.mu.Lock()
+		f := p.followers[session]
+		p.mu.Unlock()
+		f.mu.Lock()
+		delete(f.waiters, jobID) // the push that never comes
+		f.mu.Unlock()
+		close(waiting)
+	}}
+	got := make(chan *contracts.Event, 1)
+	go func() {
+		ev, err := p.Await(ctx, "s", "missed", nil)
+		if err != nil {
+			t.Error(err) // not on the test's goroutine: no FailNow
+		}
+		got <- ev
+	}()
+	<-waiting
+	ev := contracts.NewEvent("/test", &contracts.Job{ID: "missed", Session: "s", Tool: contracts.ToolNoop}, contracts.StatusCompleted, 1, time.Now())
+	_, err = events.Publish(ctx, ev, 0, "")
+	require.NoError(t, err)
+	select {
+	case ev := <-got:
+		require.NotNil(t, ev)
+		require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Await did not read the stored event again")
+	}
+}

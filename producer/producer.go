@@ -369,13 +369,40 @@ func (p *Producer) Await(ctx context.Context, session, jobID string, opts *Await
 		return ev, nil
 	}
 	p.hooks.onWaiting(session, jobID)
-	select {
-	case ev := <-w.ch:
-		return ev, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("producer: await %s: %w", jobID, ctx.Err())
+	// The follower hands over every event stored after the waiter was
+	// registered. The read above covers the ones before; but in a cluster
+	// a direct get may be answered by a replica that does not have the
+	// newest message yet, and an event the follower dispatched just before
+	// the waiter was registered would then be missed by both. So the
+	// stored event is read again while waiting, less and less often.
+	recheck := awaitRecheck
+	timer := time.NewTimer(recheck)
+	defer timer.Stop()
+	for {
+		select {
+		case ev := <-w.ch:
+			return ev, nil
+		case <-ctx.Done():
+			return nil, fmt.Errorf("producer: await %s: %w", jobID, ctx.Err())
+		case <-timer.C:
+			lctx, cancel := p.withTimeout(ctx)
+			ev, _, err := p.events.Last(lctx, session, jobID)
+			cancel()
+			if err == nil && ev != nil && opts.match(ev.Data.Status) {
+				return ev, nil
+			}
+			recheck = min(2*recheck, awaitRecheckMax)
+			timer.Reset(recheck)
+		}
 	}
 }
+
+// awaitRecheck is how soon a waiting Await reads the job's stored event
+// again, doubling up to awaitRecheckMax.
+const (
+	awaitRecheck    = time.Second
+	awaitRecheckMax = 30 * time.Second
+)
 
 // Cancel cancels a job of session: a queued job never starts, a running
 // job's context is cancelled; either way the job's terminal event is

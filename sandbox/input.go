@@ -2,10 +2,13 @@ package sandbox
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/evanw/esbuild/pkg/api"
@@ -145,7 +148,7 @@ const (
 // prepare validates the input and returns the script whose completion value
 // is the run's async function, and the map of its positions back to the
 // guest's code.
-func prepare(in Input) (string, *positions, error) {
+func prepare(in Input, scope string) (string, *positions, error) {
 	src, lang, err := in.Validate()
 	if err != nil {
 		return "", nil, err
@@ -172,10 +175,46 @@ func prepare(in Input) (string, *positions, error) {
 		pos = newPositions(src, true, sm.Mappings)
 		script = strings.TrimRight(strings.TrimSpace(string(res.Code)), ";")
 	}
-	if err := checkLoaders(script, pos); err != nil {
+	if err := checkLoadersOnce(scope, script, pos); err != nil {
 		return "", nil, err
 	}
 	return script, pos, nil
+}
+
+// acceptedMax bounds the scripts whose loader check is remembered.
+const acceptedMax = 4096
+
+// accepted remembers, by SHA-256 of scope and script, the scripts
+// checkLoaders passed: the check is a pure function of the script's text,
+// and the same code is run again and again (a pipeline's runs, an agent's
+// retries), while its two esbuild transforms cost more CPU than the rest of
+// a short run's exec. Only a pass is remembered; a refusal is parsed again,
+// to be reported. The scope (a tenant) keeps one tenant from timing whether
+// another ran a given code.
+var accepted = struct {
+	sync.Mutex
+	by map[[sha256.Size]byte]struct{}
+}{by: map[[sha256.Size]byte]struct{}{}}
+
+// checkLoadersOnce is checkLoaders for a script not passed before in scope.
+func checkLoadersOnce(scope, script string, pos *positions) error {
+	sum := acceptedKey(scope, script)
+	accepted.Lock()
+	_, ok := accepted.by[sum]
+	accepted.Unlock()
+	if ok {
+		return nil
+	}
+	if err := checkLoaders(script, pos); err != nil {
+		return err
+	}
+	accepted.Lock()
+	if len(accepted.by) >= acceptedMax {
+		clear(accepted.by)
+	}
+	accepted.by[sum] = struct{}{}
+	accepted.Unlock()
+	return nil
 }
 
 // clipText cuts s to at most n bytes on a rune boundary, saying how much
@@ -190,4 +229,16 @@ func clipText(s string, n int) string {
 		keep--
 	}
 	return s[:keep] + fmt.Sprintf(note, len(s)-keep)
+}
+
+// acceptedKey is the key of a script's pass in scope.
+func acceptedKey(scope, script string) [sha256.Size]byte {
+	h := sha256.New()
+	h.Write([]byte(strconv.Itoa(len(scope))))
+	h.Write([]byte{0})
+	h.Write([]byte(scope))
+	h.Write([]byte(script))
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }

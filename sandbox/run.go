@@ -39,6 +39,11 @@ type ExecRequest struct {
 	// resume that waits again makes the next.
 	Session string
 	Step    int
+	// Scope is whose runs may share what the engine remembers of a code's
+	// loader check (code mode: the run's tenant). A pass is remembered per
+	// scope, so how fast one scope's exec is says nothing of the code
+	// another scope ran.
+	Scope string
 }
 
 // ResumeRequest continues a waiting run.
@@ -149,7 +154,7 @@ func (e *Engine) Exec(ctx context.Context, req *ExecRequest) (*Outcome, error) {
 	if limits.MemoryLimitBytes > e.maxMem {
 		return fail(contracts.Errorf(contracts.CodeInvalidInput, "memoryLimitBytes %d exceeds the engine's maximum %d", limits.MemoryLimitBytes, e.maxMem))
 	}
-	script, pos, err := prepare(req.Input)
+	script, pos, err := prepare(req.Input, req.Scope)
 	if err != nil {
 		return fail(err)
 	}

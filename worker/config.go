@@ -129,6 +129,14 @@ type ToolConfig struct {
 	ConcurrencyWaiters int
 	// Retry is the retry policy.
 	Retry RetryPolicy
+	// RateLimits, when set, names the rate limits a job takes one start of
+	// before it runs, after its tool's limit for its tenant (say, the
+	// provider API key a code_execution job will call first). Each is a
+	// default: the operator's limit under one of its OverrideKeys in the
+	// limits bucket replaces it, and one with Rate 0 limits only when the
+	// operator set one. A job over a limit waits as for its tool's (no
+	// attempt spent, its tool slot given back, one throttled event).
+	RateLimits func(job *contracts.Job) []*contracts.RateLimit
 	// Ready, when set, gates pulling: while it returns false (say, every
 	// provider's breaker is open) the worker takes no new jobs of this tool.
 	// It is polled every ReadyInterval (250 ms by default).

@@ -17,6 +17,8 @@ var (
 	// ErrJobEnded is returned by Emit when the job already has a terminal
 	// event.
 	ErrJobEnded = errors.New("worker: job already ended")
+	// ErrNotStarted is returned by Rates.Take before the worker started.
+	ErrNotStarted = errors.New("worker: not started")
 )
 
 // PermanentError marks a handler's failure as not worth retrying: the job

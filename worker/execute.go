@@ -157,6 +157,12 @@ func (w *Worker) process(t *tool, prio contracts.Priority, msg jetstream.Msg, h 
 			return
 		}
 	}
+	for _, lim := range w.jobRateLimits(log, t, job) {
+		if o, ok := w.rateSlot(ctx, log, t, msg, job, attempt, &lastSeq, h, lim); !ok {
+			out = o
+			return
+		}
+	}
 	if job.Concurrency != nil {
 		lease, o, ok := w.concurrencySlot(ctx, log, t, msg, job, attempt, &lastSeq, h)
 		if !ok {

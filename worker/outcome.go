@@ -163,8 +163,10 @@ func (w *Worker) park(log *slog.Logger, msg jetstream.Msg, job *contracts.Job, a
 	ev := contracts.NewEvent(w.source, job, park.Status, park.N, time.Now())
 	ev.Data.Attempt = attempt
 	ev.Data.Result = result
+	var seq uint64
 	err := w.retry(msg, func(ctx context.Context) error {
-		_, err := w.events.Publish(ctx, ev, lastSeq, traceOf(msg))
+		var err error
+		seq, err = w.events.Publish(ctx, ev, lastSeq, traceOf(msg))
 		return err
 	})
 	if errors.Is(err, bus.ErrConflict) {
@@ -177,6 +179,7 @@ func (w *Worker) park(log *slog.Logger, msg jetstream.Msg, job *contracts.Job, a
 		_ = msg.NakWithDelay(time.Second)
 		return OutcomeRequeued
 	}
+	w.lastEvents.note(job, seq)
 	_ = msg.Ack()
 	return OutcomeParked
 }
@@ -200,30 +203,52 @@ func (w *Worker) Emit(ctx context.Context, ref *contracts.Job, status contracts.
 			return err
 		}
 	}
-	job := *ref
-	var ev *contracts.Event
+	// The event goes after the job's last one, and only after a non-terminal
+	// one. When this worker wrote that last event (it parked the job), its
+	// sequence is known and the first try writes without reading it back;
+	// the write expects that sequence either way, so a guess that is out of
+	// date only costs a conflict and the read.
+	known, guessed := w.lastEvents.take(ref)
 	for range 5 {
-		last, seq, err := w.events.LastIn(ctx, ref.Tenant, ref.Session, ref.ID)
-		if err != nil {
-			return err
+		job := *ref
+		var (
+			last *contracts.Event
+			seq  uint64
+		)
+		if guessed {
+			seq = known.seq
+			if job.Parent == nil {
+				job.Parent = known.parent
+			}
+		} else {
+			var err error
+			last, seq, err = w.events.LastIn(ctx, ref.Tenant, ref.Session, ref.ID)
+			if err != nil {
+				return err
+			}
+			if last != nil && last.Data.Status.Terminal() {
+				return fmt.Errorf("%w: %s", ErrJobEnded, last.Data.Status)
+			}
+			// A parked nested call keeps its parent run: its events say
+			// so, and its end is reported to the run.
+			if job.Parent == nil && last != nil {
+				job.Parent = last.Data.Parent
+			}
 		}
-		if last != nil && last.Data.Status.Terminal() {
-			return fmt.Errorf("%w: %s", ErrJobEnded, last.Data.Status)
-		}
-		// A parked nested call keeps its parent run: its events say so,
-		// and its end is reported to the run.
-		if job.Parent == nil && last != nil {
-			job.Parent = last.Data.Parent
-		}
-		ev = contracts.NewEvent(w.source, &job, status, max(n, 1), time.Now())
+		guessed = false
+		ev := contracts.NewEvent(w.source, &job, status, max(n, 1), time.Now())
 		ev.Data.Result = result
 		ev.Data.Error = werr
-		_, err = w.events.Publish(ctx, ev, seq, traceParent(ctx))
+		next, err := w.events.Publish(ctx, ev, seq, traceParent(ctx))
 		if errors.Is(err, bus.ErrConflict) {
 			continue
 		}
-		if err != nil || !status.Terminal() {
+		if err != nil {
 			return err
+		}
+		if !status.Terminal() {
+			w.lastEvents.note(&job, next)
+			return nil
 		}
 		return w.notifyParent(ctx, &job, ev, traceParent(ctx))
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolq/toolq/contracts"
@@ -45,6 +46,56 @@ func TestParkThenEmitContinuation(t *testing.T) {
 	}
 	require.Equal(t, []contracts.Status{contracts.StatusApprovalPending, contracts.StatusApproved, contracts.StatusCompleted}, statuses)
 	require.ErrorIs(t, w.Emit(ctx, &contracts.Job{ID: "x y", Session: "s1"}, contracts.StatusFailed, 1, nil, nil), contracts.ErrInvalidInput)
+}
+
+// The worker that parked a job writes its next event without reading the
+// last one back (it knows its sequence); when another writer moved the job
+// on meanwhile, the guess fails its expected sequence and the job still
+// has one terminal event.
+func TestEmitAfterParkSkipsTheReadButNotTheCheck(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := b.startWorker(t, nil, func(w *worker.Worker) {
+		require.NoError(t, w.Register("ask", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
+			return json.RawMessage(`{}`), worker.Park(contracts.StatusApprovalPending, 1)
+		}), nil))
+	})
+	ctx := testutil.Context(t, 10*time.Second)
+	park := func() *contracts.Job {
+		job := b.submit(t, "ask", `{}`, nil) //nolint:contextcheck // the bundle's helpers make their own contexts
+		ev, err := b.prod.Await(ctx, job.Session, job.ID, &producer.AwaitOpts{Parked: true})
+		require.NoError(t, err)
+		require.Equal(t, contracts.StatusApprovalPending, ev.Data.Status)
+		return job
+	}
+	// Count the reads of a last event from here on.
+	var reads atomic.Int32
+	snc := b.srv.Connect(t)
+	_, err := snc.Subscribe("$JS.API.DIRECT.GET.TOOLQ_EVENTS.>", func(*nats.Msg) { reads.Add(1) })
+	require.NoError(t, err)
+	require.NoError(t, snc.Flush())
+
+	job := park()
+	reads.Store(0)
+	ref := &contracts.Job{ID: job.ID, Session: job.Session, Tool: job.Tool}
+	require.NoError(t, w.Emit(ctx, ref, contracts.StatusCompleted, 1, nil, nil))
+	require.NoError(t, snc.Flush()) // the worker's requests were routed before its answers
+	require.Zero(t, reads.Load(), "the parking worker read the last event back")
+	require.Equal(t, contracts.StatusCompleted, b.await(t, job).Data.Status)
+
+	// Another writer ends the job after it parked: the worker's guess is
+	// out of date, and its Emit finds the job ended.
+	job = park()
+	require.NoError(t, b.prod.Cancel(ctx, job.Session, job.ID))
+	ref = &contracts.Job{ID: job.ID, Session: job.Session, Tool: job.Tool}
+	require.ErrorIs(t, w.Emit(ctx, ref, contracts.StatusCompleted, 1, nil, nil), worker.ErrJobEnded)
+	var statuses []contracts.Status
+	for _, e := range b.allEvents(t, job.Session) {
+		if e.Data.JobID == job.ID {
+			statuses = append(statuses, e.Data.Status)
+		}
+	}
+	require.Equal(t, []contracts.Status{contracts.StatusApprovalPending, contracts.StatusCancelled}, statuses)
 }
 
 // A handler that parks a job with a result that is not JSON has a bug: the

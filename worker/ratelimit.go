@@ -98,6 +98,29 @@ func (r *rateLimits) changed(e jetstream.KeyValueEntry) {
 	r.byKey[e.Key()] = lim
 }
 
+// effective is def, or the operator's limit that replaces it (the first of
+// def.OverrideKeys found), counted on def's state; nil when def has no
+// rate of its own (Rate 0: only an operator's limit applies) and nothing
+// replaces it.
+func (r *rateLimits) effective(def *contracts.RateLimit) *contracts.RateLimit {
+	if r == nil || def == nil {
+		return nil
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, k := range def.OverrideKeys() {
+		if o := r.byKey[k]; o != nil {
+			lim := *def
+			lim.Rate, lim.Per, lim.Burst = o.Rate, o.Per, o.Burst
+			return &lim
+		}
+	}
+	if def.Rate == 0 {
+		return nil
+	}
+	return def
+}
+
 func (r *rateLimits) of(tenant, tool string) *contracts.RateLimit {
 	if r == nil {
 		return nil
@@ -110,7 +133,7 @@ func (r *rateLimits) of(tenant, tool string) *contracts.RateLimit {
 // take tries to take one start of lim: 0 when taken, else how long until
 // one may be.
 func (r *rateLimits) take(ctx context.Context, lim *contracts.RateLimit) (time.Duration, error) {
-	key := contracts.RateStateKey(lim.Tenant, lim.Tool)
+	key := lim.StateKey()
 	interval := lim.Interval()
 	tolerance := interval * time.Duration(lim.Burst-1)
 	for range 100 {
@@ -157,7 +180,7 @@ func (r *rateLimits) take(ctx context.Context, lim *contracts.RateLimit) (time.D
 func (w *Worker) rateSlot(ctx context.Context, log *slog.Logger, t *tool, msg jetstream.Msg, job *contracts.Job,
 	attempt int, lastSeq *uint64, h *slotHold, lim *contracts.RateLimit,
 ) (out Outcome, ok bool) {
-	k := "rate\x00" + contracts.RateStateKey(lim.Tenant, lim.Tool)
+	k := "rate\x00" + lim.StateKey()
 	var turn chan struct{}
 	defer func() {
 		if turn != nil {
@@ -184,7 +207,8 @@ func (w *Worker) rateSlot(ctx context.Context, log *slog.Logger, t *tool, msg je
 				h.slots.release(1)
 				h.held = false
 			}
-			w.announceThrottled(ctx, log, job, attempt, lastSeq, contracts.ThrottledDetails{WaitingFor: "rate", Key: lim.Tool, Rate: lim.String()})
+			d := contracts.ThrottledDetails{WaitingFor: "rate", Key: lim.Tool, Rate: lim.String(), Provider: lim.Provider}
+			w.announceThrottled(ctx, log, job, attempt, lastSeq, d)
 			turn = w.leases.join(k)
 			select {
 			case <-turn:
@@ -199,4 +223,63 @@ func (w *Worker) rateSlot(ctx context.Context, log *slog.Logger, t *tool, msg je
 		case <-time.After(min(wait, time.Second)):
 		}
 	}
+}
+
+// jobRateLimits are the limits a job takes a start of before it runs, after
+// its tool's for its tenant: those its tool pack names (ToolConfig.RateLimits,
+// say the provider key a code_execution job will call), each replaced by the
+// operator's limit under its key when there is one. A limit that is not
+// valid is logged and skipped.
+func (w *Worker) jobRateLimits(log *slog.Logger, t *tool, job *contracts.Job) []*contracts.RateLimit {
+	if t.cfg.RateLimits == nil || w.rates == nil {
+		return nil
+	}
+	var out []*contracts.RateLimit
+	for _, def := range t.cfg.RateLimits(job) {
+		if def == nil {
+			continue
+		}
+		if def.Rate != 0 {
+			if err := def.Validate(); err != nil {
+				log.Error("tool's rate limit refused", slog.String("limit", def.Subject()), slog.Any("err", err))
+				continue
+			}
+		}
+		if lim := w.rates.effective(def); lim != nil {
+			out = append(out, lim)
+		}
+	}
+	return out
+}
+
+// Rates are the worker's rate limits as a tool pack sees them: for a
+// request a job makes beyond the one its worker counted before it ran
+// (a retry, a failover), in the handler, within the job's deadline.
+type Rates struct{ w *Worker }
+
+// Rates returns the worker's rate limits; usable once the worker started.
+func (w *Worker) Rates() *Rates { return &Rates{w: w} }
+
+// Effective returns def, or the operator's limit that replaces it (the
+// first of def.OverrideKeys in the limits bucket); nil when neither limits
+// anything (def.Rate 0 and no operator's limit).
+func (r *Rates) Effective(def *contracts.RateLimit) *contracts.RateLimit {
+	return r.w.rates.effective(def)
+}
+
+// Take takes one start of lim (an Effective limit) across all workers:
+// 0 when taken, else how long until one may be (nothing is taken then).
+// Before the worker started it returns ErrNotStarted.
+func (r *Rates) Take(ctx context.Context, lim *contracts.RateLimit) (time.Duration, error) {
+	rates := r.w.rates
+	if rates == nil {
+		return 0, ErrNotStarted
+	}
+	if lim == nil {
+		return 0, nil
+	}
+	if err := lim.Validate(); err != nil {
+		return 0, err
+	}
+	return rates.take(ctx, lim)
 }

@@ -62,6 +62,7 @@ type Worker struct {
 	stopping    bool                 // Stop began: no new reaper goroutines
 	inflight    map[string]*inflight // by contracts.CancelKey
 	cancels     *cancelMemory        // recent cancels, by contracts.CancelKey
+	lastEvents  lastEvents           // of parked jobs, for Emit
 
 	events *bus.Events
 	jobs   jetstream.Stream

@@ -39,6 +39,10 @@ func FollowExpiries(ctx, lctx context.Context, js jetstream.JetStream, cfg Expir
 		DeliverPolicy: jetstream.DeliverNewPolicy,
 		AckWait:       30 * time.Second,
 		MaxDeliver:    10,
+		// Only the marker header is read: every write of the bucket passes
+		// through this consumer, and its body (a run record may carry an
+		// inline snapshot) would be copied to a worker for nothing.
+		HeadersOnly: true,
 	})
 	if err != nil {
 		return fmt.Errorf("bus: expiry consumer on %s: %w", cfg.Bucket, err)

@@ -1,6 +1,8 @@
 package codeexec
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"math"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/tools/codeexec/anthropic"
 	"github.com/toolq/toolq/tools/codeexec/gemini"
 	"github.com/toolq/toolq/tools/codeexec/openai"
@@ -105,6 +108,16 @@ type ProviderConfig struct {
 	MaxTurns int `json:"maxTurns,omitempty"`
 	// Pricing overrides the published prices used for cost estimates.
 	Pricing *Pricing `json:"pricing,omitempty"`
+	// RateLimit caps the requests made with this provider's API key across
+	// every worker that has the same key, "60/min" (<count>/<s|min|h|
+	// duration>); none when empty. The operator's `toolq limits set
+	// --provider` replaces it. Unlike the fields above, a malformed value
+	// fails NewCodeExecution: a limit that silently fell back to none would
+	// spend the key's quota.
+	RateLimit string `json:"rateLimit,omitempty"`
+	// Burst is how many requests may go at once after a quiet spell; 1
+	// when 0. Only with RateLimit.
+	Burst int `json:"burst,omitempty"`
 }
 
 // Pricing is what a provider charges, for cost estimates. Zero fields are
@@ -154,6 +167,41 @@ type backendSettings struct {
 	timeout  time.Duration
 	maxTurns int
 	pricing  Pricing
+	// rate is the key's rate limit from the configuration (Rate 0 when it
+	// has none, so that an operator's limit can still apply), nil without
+	// a key.
+	rate *contracts.RateLimit
+}
+
+// KeyID is the id of a provider's API key in rate limits, logs and `toolq
+// limits`: the first 16 hex digits of a SHA-256 of the provider and the
+// key. It names the key without revealing it.
+func KeyID(providerName, apiKey string) string {
+	sum := sha256.Sum256([]byte("toolq provider key\x00" + providerName + "\x00" + apiKey))
+	return hex.EncodeToString(sum[:contracts.KeyIDLength/2])
+}
+
+// providerRate reads pc's rate limit for the key with id keyID.
+func providerRate(name, keyID string, pc *ProviderConfig) (*contracts.RateLimit, error) {
+	lim := &contracts.RateLimit{Provider: name, KeyID: keyID}
+	if strings.TrimSpace(pc.RateLimit) == "" {
+		if pc.Burst != 0 {
+			return nil, fmt.Errorf("providers: %s burst %d without a rateLimit", name, pc.Burst)
+		}
+		return lim, nil
+	}
+	rate, per, err := contracts.ParseRate(pc.RateLimit)
+	if err != nil {
+		return nil, fmt.Errorf("providers: %s rateLimit: %w", name, err)
+	}
+	lim.Rate, lim.Per, lim.Burst = rate, per, pc.Burst
+	if lim.Burst == 0 {
+		lim.Burst = 1
+	}
+	if err := lim.Validate(); err != nil {
+		return nil, fmt.Errorf("providers: %s rateLimit %q burst %d: %w", name, clipString(pc.RateLimit, 32), pc.Burst, err)
+	}
+	return lim, nil
 }
 
 // envKeys lists each provider's environment variables, in lookup order.
@@ -223,6 +271,17 @@ func resolve(cfg *Config, log *slog.Logger) (map[string]*backendSettings, error)
 		}
 		s.disabled = pc.Enabled != nil && !*pc.Enabled
 		s.enabled = !s.disabled && s.apiKey != ""
+		keyID := ""
+		if s.apiKey != "" {
+			keyID = KeyID(name, s.apiKey)
+		}
+		rate, err := providerRate(name, keyID, pc)
+		if err != nil {
+			return nil, err
+		}
+		if s.apiKey != "" {
+			s.rate = rate
+		}
 		if pc.BaseURL != "" {
 			u, err := url.Parse(pc.BaseURL)
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.User != nil {

@@ -77,6 +77,17 @@
 // configurable, so tests run the real clients against local servers.
 // Request and response bodies are logged at debug level with keys redacted.
 //
+// # Rate limits per API key
+//
+// A provider's rateLimit and burst cap the requests made with its API key
+// across every worker that has the key, counted on the key's id (KeyID, a
+// hash, never the key) in the worker's limits bucket; a malformed one fails
+// NewCodeExecution. On a worker (Register) the job's first request takes
+// its start before the job runs (ToolConfig.RateLimits: the job waits
+// without a slot and spends no attempt); retries and failovers take theirs
+// in Handle, within the job's deadline. The operator's `toolq limits set
+// --provider` replaces the configured rate.
+//
 // The wire clients live in the subpackages xai, openai, gemini and
 // anthropic; their shared types in provider.
 package codeexec

@@ -21,6 +21,7 @@ import (
 	"github.com/toolq/toolq/tools/codeexec/openai"
 	"github.com/toolq/toolq/tools/codeexec/provider"
 	"github.com/toolq/toolq/tools/codeexec/xai"
+	"github.com/toolq/toolq/worker"
 )
 
 // CodeExecution is the code_execution tool: it validates a job's input,
@@ -40,6 +41,9 @@ type CodeExecution struct {
 	breakerFailures uint32
 	openTimeout     time.Duration
 	onBreakerChange func(BreakerChange)
+	// rates counts requests against the provider keys' rate limits when
+	// the tool runs on a worker (Register); nil otherwise.
+	rates *worker.Rates
 }
 
 type backend struct {
@@ -280,8 +284,10 @@ func (t *CodeExecution) Execute(ctx context.Context, in *Input) (*Details, error
 		}
 		pctx, cancel := budget(ctx, len(chain)-i)
 		// Only the last provider a job may use waits for its breaker; the
-		// others fail over at once.
-		resp, attempts, err := t.runProvider(pctx, b, in, model, i == len(chain)-1)
+		// others fail over at once. The worker counted the first provider's
+		// first request before the job ran.
+		taken := i == 0 && ctx.Value(firstTakenKey{}) != nil
+		resp, attempts, err := t.runProvider(pctx, b, in, model, i == len(chain)-1, taken)
 		if err != nil && pctx.Err() != nil && ctx.Err() == nil {
 			// This provider used up its share of the deadline; the next
 			// one gets the rest.
@@ -357,7 +363,7 @@ func (t *CodeExecution) chain(in *Input) []string {
 // breaker refuses is no attempt: with wait set, the job waits for the
 // breaker (its half-open time, or the end of the probe under way) when
 // that fits the deadline, and asks again.
-func (t *CodeExecution) runProvider(ctx context.Context, b *backend, in *Input, model string, wait bool) (*provider.Response, int, error) {
+func (t *CodeExecution) runProvider(ctx context.Context, b *backend, in *Input, model string, wait, taken bool) (*provider.Response, int, error) {
 	if b.disabled {
 		return nil, 0, &disabledError{provider: b.name}
 	}
@@ -379,6 +385,12 @@ func (t *CodeExecution) runProvider(ctx context.Context, b *backend, in *Input, 
 		if perr := provider.FromContext(ctx, b.name); perr != nil {
 			return nil, attempts, perr
 		}
+		if !taken {
+			if err := t.takeRate(ctx, b); err != nil {
+				return nil, attempts, err
+			}
+		}
+		taken = false
 		attempts++
 		changed := br.changes()
 		resp, err := br.cb.Execute(func() (*provider.Response, error) {
@@ -428,6 +440,43 @@ func (t *CodeExecution) runProvider(ctx context.Context, b *backend, in *Input, 
 		}
 		if !sleep(ctx, wait) {
 			return nil, attempts, provider.FromContext(ctx, b.name)
+		}
+	}
+}
+
+// takeRate takes one start of b's key's rate limit for a request the
+// worker did not count (a retry, a failover), waiting for it within ctx's
+// deadline (the job holds its slot meanwhile). A wait that would outlast
+// the deadline is not started: the request is not made, and the error is
+// a retryable rate limit with the wait as its Retry-After, as a 429 would
+// be (so the job may fail over).
+func (t *CodeExecution) takeRate(ctx context.Context, b *backend) error {
+	if t.rates == nil || b.rate == nil {
+		return nil
+	}
+	lim := t.rates.Effective(b.rate)
+	if lim == nil {
+		return nil
+	}
+	for {
+		wait, err := t.rates.Take(ctx, lim)
+		if err != nil {
+			if perr := provider.FromContext(ctx, b.name); perr != nil {
+				return perr
+			}
+			return &provider.Error{Provider: b.name, Kind: provider.KindTransport, Message: "rate limit of the provider key unreadable: " + err.Error(), Err: err}
+		}
+		if wait == 0 {
+			return nil
+		}
+		if deadline, ok := ctx.Deadline(); ok && t.now().Add(wait).After(deadline) {
+			return &provider.Error{
+				Provider: b.name, Kind: provider.KindRateLimited, RetryAfter: wait,
+				Message: fmt.Sprintf("the rate limit of this provider key (%s) has no start left within the job's deadline", lim.String()),
+			}
+		}
+		if !sleep(ctx, min(wait, time.Second)) {
+			return provider.FromContext(ctx, b.name)
 		}
 	}
 }

@@ -120,7 +120,7 @@ func (c *CodeMode) handleExec(ctx context.Context, job *contracts.Job) (json.Raw
 	out, err := c.cfg.Engine.Exec(ctx, &sandbox.ExecRequest{
 		Input:   sandbox.Input{Code: in.Code, Command: in.Command, Language: in.Language},
 		Catalog: rc.tools, Bridge: &bridge{refs: rc.refs, restartSafe: in.RestartSafe},
-		Limits: limits, RunID: runID, Session: bindSession(job.Tenant, job.Session),
+		Limits: limits, RunID: runID, Session: bindSession(job.Tenant, job.Session), Scope: job.Tenant,
 	})
 	if err != nil {
 		return nil, err // the job's context ended: the worker reports it

@@ -214,4 +214,84 @@ func (h *hopTracer) report(b *testing.B) {
 	}
 	// Printed, not logged: a benchmark's log is cut to a few lines.
 	fmt.Print(sb.String())
+	h.reportLegs(b)
+}
+
+// legs are the named parts of a round trip, in order: each runs from the
+// message that ended the leg before (the first: from the exec job's publish)
+// to the first message named "to" after it. What the run does in between
+// (a handler's work) is in the leg.
+var legs = []struct{ name, to, what string }{
+	{"exec-delivery", "delivered: job code_mode.exec", "the exec job, submit to delivery"},
+	{"exec-to-record", "kv toolq_runs put", "the exec slice (guest, snapshot) to the record write (snapshot inline)"},
+	{"nested-submit", "job noop", "record write acknowledged to the nested job's publish"},
+	{"nested-delivery", "delivered: job noop", "the nested job, publish to delivery"},
+	{"nested-run", "event noop completed", "the nested job run to its completed event"},
+	{"result-submit", "job code_mode.result", "completed event acknowledged to the result job's publish"},
+	{"result-delivery", "delivered: job code_mode.result", "the result job, publish to delivery"},
+	{"result-to-lease", "kv toolq_runs put", "record read and result recorded with the lease (CAS write)"},
+	{"lease-to-completed", "event code_mode.exec completed", "resume (snapshot decode, guest) and the completed event"},
+	{"completed-delivery", "delivered: event code_mode.exec completed", "the completed event to the requester"},
+}
+
+// reportLegs reports each leg's median over the traced runs, in ms, as a
+// benchmark metric, and prints them with the share of runs that had them.
+func (h *hopTracer) reportLegs(b *testing.B) {
+	b.Helper()
+	ds := make([][]time.Duration, len(legs))
+	for _, run := range h.runs {
+		at, ok := firstAfter(run, "job code_mode.exec", 0)
+		for i, l := range legs {
+			if !ok {
+				break
+			}
+			var end time.Duration
+			if end, ok = firstAfter(run, l.to, at); ok {
+				ds[i] = append(ds[i], end-at)
+				at = end
+			}
+		}
+	}
+	// The round trips a run makes on the records and events besides the
+	// legs' own messages, per run (mean): record writes (every one a CAS),
+	// record reads, and reads of a job's last event (the requester's await
+	// makes one).
+	counts := []struct{ name, what string }{
+		{"record_writes/run", "kv toolq_runs put"},
+		{"record_reads/run", "direct get KV_toolq_runs"},
+		{"event_reads/run", "direct get TOOLQ_EVENTS"},
+	}
+	for _, c := range counts {
+		n := 0
+		for _, run := range h.runs {
+			for _, x := range run {
+				if x.what == c.what {
+					n++
+				}
+			}
+		}
+		b.ReportMetric(float64(n)/float64(len(h.runs)), c.name)
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "round trip by leg over %d runs (median ms, share of runs):\n", len(h.runs))
+	for i, l := range legs {
+		if len(ds[i]) == 0 {
+			continue
+		}
+		slices.Sort(ds[i])
+		med := float64(ds[i][len(ds[i])/2].Microseconds()) / 1000
+		b.ReportMetric(med, l.name+"_ms")
+		fmt.Fprintf(&sb, "  %7.2f  %4.2f  %-18s %s\n", med, float64(len(ds[i]))/float64(len(h.runs)), l.name, l.what)
+	}
+	fmt.Print(sb.String())
+}
+
+// firstAfter is the time of the first message named what at or after t.
+func firstAfter(run []hop, what string, t time.Duration) (time.Duration, bool) {
+	for _, x := range run {
+		if x.what == what && x.at >= t {
+			return x.at, true
+		}
+	}
+	return 0, false
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -206,6 +207,9 @@ type store struct {
 	obj   jetstream.ObjectStore
 	subj  string // $KV.<bucket>.
 	limit int    // inline snapshot bytes
+	// recent are the records this worker last wrote or read, for a result
+	// that comes back to the worker that suspended its run.
+	recent recentRecords
 }
 
 var errNoRun = errors.New("codemode: no such run")
@@ -218,15 +222,41 @@ func (s *store) load(ctx context.Context, tenant, session, runID string) (*recor
 		}
 		return nil, 0, fmt.Errorf("codemode: load run %s: %w", runID, err)
 	}
+	r, err := decodeRecord(e.Value(), tenant, session, runID)
+	if err != nil {
+		return nil, 0, err
+	}
+	s.recent.put(e.Key(), e.Value(), e.Revision())
+	return r, e.Revision(), nil
+}
+
+// decodeRecord reads the record of a run from data.
+func decodeRecord(data []byte, tenant, session, runID string) (*record, error) {
 	var r record
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return nil, 0, fmt.Errorf("codemode: run record %s: %w", runID, err)
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("codemode: run record %s: %w", runID, err)
 	}
 	if !r.belongsTo(tenant, session, runID) {
-		return nil, 0, fmt.Errorf("codemode: run record %s: it names another run", runID)
+		return nil, fmt.Errorf("codemode: run record %s: it names another run", runID)
 	}
 	r.Tenant = tenant
-	return &r, e.Revision(), nil
+	return &r, nil
+}
+
+// loadRecent is load from this worker's last write or read of the record,
+// without a round trip; ok is false when it has none. The record may be
+// out of date: only a write at its revision (which the bus refuses if
+// anything was written since) may act on it.
+func (s *store) loadRecent(tenant, session, runID string) (*record, uint64, bool) {
+	data, rev, ok := s.recent.get(runKey(tenant, session, runID))
+	if !ok {
+		return nil, 0, false
+	}
+	r, err := decodeRecord(data, tenant, session, runID)
+	if err != nil {
+		return nil, 0, false
+	}
+	return r, rev, true
 }
 
 // errStale is returned by save when the record changed since it was read.
@@ -239,15 +269,56 @@ func (s *store) save(ctx context.Context, r *record, rev uint64, ttl time.Durati
 	if err != nil {
 		return 0, err
 	}
-	msg := &nats.Msg{Subject: s.subj + runKey(r.Tenant, r.Session, r.RunID), Data: data}
+	return s.write(ctx, runKey(r.Tenant, r.Session, r.RunID), r.RunID, data, rev, ttl)
+}
+
+// write publishes a record's bytes under key if the record is still at rev.
+func (s *store) write(ctx context.Context, key, runID string, data []byte, rev uint64, ttl time.Duration) (uint64, error) {
+	msg := &nats.Msg{Subject: s.subj + key, Data: data}
 	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
 	if err != nil {
 		if bus.IsWrongLastSequence(err) {
+			s.recent.drop(key)
 			return 0, errStale
 		}
-		return 0, fmt.Errorf("codemode: save run %s: %w", r.RunID, err)
+		return 0, fmt.Errorf("codemode: save run %s: %w", runID, err)
 	}
+	s.recent.put(key, data, ack.Sequence)
 	return ack.Sequence, nil
+}
+
+// pendingWrite is a record write under way (saveBegin).
+type pendingWrite struct {
+	done chan struct{}
+	rev  uint64
+	err  error
+}
+
+// wait returns the write's outcome once it is known; it may be called more
+// than once.
+func (p *pendingWrite) wait() (uint64, error) {
+	<-p.done
+	return p.rev, p.err
+}
+
+// saveBegin is save without waiting for the bus's answer: r is encoded
+// now (the caller may change it afterwards) and written in the background.
+// The caller must wait for the outcome before it returns, and before
+// anything it does is seen by others.
+func (s *store) saveBegin(ctx context.Context, r *record, rev uint64, ttl time.Duration) *pendingWrite {
+	p := &pendingWrite{done: make(chan struct{})}
+	data, err := json.Marshal(r)
+	if err != nil {
+		p.err = err
+		close(p.done)
+		return p
+	}
+	key := runKey(r.Tenant, r.Session, r.RunID)
+	go func() {
+		defer close(p.done)
+		p.rev, p.err = s.write(ctx, key, r.RunID, data, rev, ttl)
+	}()
+	return p
 }
 
 // putSnapshot stores a snapshot for r: inline when small, else as an object.
@@ -283,5 +354,62 @@ func (s *store) getSnapshot(ctx context.Context, r *record) ([]byte, error) {
 func (s *store) dropSnapshot(ctx context.Context, name string) {
 	if name != "" {
 		_ = s.obj.Delete(ctx, name)
+	}
+}
+
+// recentMaxBytes bounds the bytes of the records a worker remembers.
+const recentMaxBytes = 32 << 20
+
+// recentRecords remembers, by key, the last record a worker wrote or read
+// of each run with its revision: when the result of a run's nested call
+// comes back to the worker that suspended the run (the usual case), the
+// worker takes the run with a compare-and-set write at that revision
+// instead of reading the record first. A record that moved on elsewhere
+// fails that write, and the worker reads it as before. Records of other
+// tenants are other keys: a tenant's result finds only its own runs.
+type recentRecords struct {
+	mu    sync.Mutex
+	by    map[string]recentRecord
+	bytes int
+}
+
+type recentRecord struct {
+	data []byte
+	rev  uint64
+}
+
+func (r *recentRecords) put(key string, data []byte, rev uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.by == nil {
+		r.by = map[string]recentRecord{}
+	}
+	if old, ok := r.by[key]; ok {
+		if old.rev > rev {
+			return
+		}
+		r.bytes -= len(old.data)
+	}
+	if r.bytes+len(data) > recentMaxBytes {
+		clear(r.by) // only a shortcut: start over
+		r.bytes = 0
+	}
+	r.by[key] = recentRecord{data: data, rev: rev}
+	r.bytes += len(data)
+}
+
+func (r *recentRecords) get(key string) ([]byte, uint64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.by[key]
+	return e.data, e.rev, ok
+}
+
+func (r *recentRecords) drop(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.by[key]; ok {
+		r.bytes -= len(old.data)
+		delete(r.by, key)
 	}
 }

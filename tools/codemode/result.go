@@ -27,13 +27,33 @@ func (c *CodeMode) handleResult(ctx context.Context, job *contracts.Job) (json.R
 	if err := tr.Validate(); err != nil {
 		return nil, worker.Permanent(err)
 	}
+	// The first round may start from this worker's own last copy of the
+	// record (it suspended the run): then the run is taken only by a
+	// write at that copy's revision, and anything else is decided on the
+	// record read from the bus.
+	recent := true
 	for range 20 {
-		rec, rev, err := c.store.load(ctx, job.Tenant, job.Session, tr.RunID)
-		if errors.Is(err, errNoRun) {
-			return json.RawMessage(`{"recorded":false,"reason":"run gone"}`), nil
+		var (
+			rec    *record
+			rev    uint64
+			cached bool
+			err    error
+		)
+		if recent {
+			rec, rev, cached = c.store.loadRecent(job.Tenant, job.Session, tr.RunID)
+			recent = false
+			if cached && !c.writesAt(rec, &tr) {
+				cached = false
+			}
 		}
-		if err != nil {
-			return nil, err
+		if !cached {
+			rec, rev, err = c.store.load(ctx, job.Tenant, job.Session, tr.RunID)
+			if errors.Is(err, errNoRun) {
+				return json.RawMessage(`{"recorded":false,"reason":"run gone"}`), nil
+			}
+			if err != nil {
+				return nil, err
+			}
 		}
 		if rec.ended() {
 			return json.RawMessage(`{"recorded":false,"reason":"run ended"}`), nil
@@ -108,6 +128,20 @@ func (c *CodeMode) handleResult(ctx context.Context, job *contracts.Job) (json.R
 		return json.RawMessage(`{"recorded":true}`), nil
 	}
 	return nil, errors.New("codemode: run record kept changing")
+}
+
+// writesAt reports whether a result may be recorded on a remembered copy of
+// its run's record: the copy shows the run waiting, with no lease, on this
+// very call, the result's token and job are the call's, and it has no
+// result yet. Every such path ends in a compare-and-set write at the copy's
+// revision (the result recorded, or the lease of the resume taken with it),
+// so an out-of-date copy is refused by the bus and read afresh. Any other
+// answer (refusal, duplicate, retry) is given only from the bus's record.
+func (c *CodeMode) writesAt(rec *record, tr *contracts.ToolResult) bool {
+	p := rec.pending(tr.CallID)
+	return rec.Status == runWaiting && rec.Lease == nil && p != nil && p.Token != "" &&
+		tokenMatches(p.Token, tr.Token) && (tr.JobID == "" || p.JobID == "" || tr.JobID == p.JobID) &&
+		!rec.hasResult(tr.CallID)
 }
 
 // tokenMatches reports whether a result's token is the pending call's, in

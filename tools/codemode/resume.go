@@ -89,10 +89,13 @@ func (c *CodeMode) resumeRun(ctx context.Context, rec *record, rev uint64, waitJ
 	token := nuid.Next()
 	rec.Lease = &lease{Owner: c.w.Name(), Until: now.Add(c.cfg.LeaseTTL), Token: token}
 	rec.Status = runResuming
-	rev, err := c.store.save(ctx, rec, rev, c.remaining(rec))
-	if err != nil {
-		return nil, err
-	}
+	// The lease is written while the snapshot is decoded and the guest
+	// runs: the guest's slice has no effect outside this process (its calls
+	// are only recorded as pending), and nothing of it is written, submitted
+	// or reported before the lease is known to be this resume's. A resume
+	// that loses the lease throws its slice away.
+	leased := c.store.saveBegin(ctx, rec, rev, c.remaining(rec))
+	defer func() { _, _ = leased.wait() }()
 	settle := make([]sandbox.Settlement, 0, len(rec.Results))
 	for _, r := range rec.Results {
 		if rec.pending(r.CallID) != nil {
@@ -118,6 +121,10 @@ func (c *CodeMode) resumeRun(ctx context.Context, rec *record, rev uint64, waitJ
 		} else if err != nil && ctx.Err() == nil {
 			err = fmt.Errorf("resume: %w", err)
 		}
+	}
+	rev, lerr := leased.wait()
+	if lerr != nil {
+		return nil, lerr
 	}
 	if err != nil && ctx.Err() == nil {
 		// The snapshot is gone or unusable (another engine build, damage).
@@ -261,7 +268,7 @@ func (c *CodeMode) replay(ctx context.Context, rec *record) (*sandbox.Outcome, e
 	}
 	out, err := c.cfg.Engine.Exec(ctx, &sandbox.ExecRequest{
 		Input:   sandbox.Input{Code: rec.Code, Language: rec.Language},
-		Catalog: tools, Limits: rec.Limits, RunID: rec.RunID, Session: bindSession(rec.Tenant, rec.Session), Step: rec.Waits + 1,
+		Catalog: tools, Limits: rec.Limits, RunID: rec.RunID, Session: bindSession(rec.Tenant, rec.Session), Step: rec.Waits + 1, Scope: rec.Tenant,
 		Bridge: &bridge{refs: rec.Catalog, restartSafe: true, replay: answers},
 	})
 	if err != nil {
@@ -302,7 +309,9 @@ func (c *CodeMode) finish(ctx context.Context, rec *record, rev uint64, res *san
 // drop removes a run's record and snapshot.
 func (c *CodeMode) drop(ctx context.Context, rec *record) {
 	c.store.dropSnapshot(ctx, rec.SnapshotObject)
-	if err := c.store.kv.Purge(ctx, runKey(rec.Tenant, rec.Session, rec.RunID), jetstream.PurgeTTL(time.Second)); err != nil {
+	key := runKey(rec.Tenant, rec.Session, rec.RunID)
+	c.store.recent.drop(key)
+	if err := c.store.kv.Purge(ctx, key, jetstream.PurgeTTL(time.Second)); err != nil {
 		c.log.Warn("run record not removed", slog.String("run", rec.RunID), slog.Any("err", err))
 	}
 }

@@ -295,6 +295,9 @@ func pad(n int) string {
 	return string(b)
 }
 
+// stallLimit is how long a throughput run waits for its next completion.
+const stallLimit = 2 * time.Minute
+
 // throughput submits cfg.Jobs noop jobs from cfg.Submitters goroutines in a
 // session of their own and counts their completion events as the producer
 // receives them.
@@ -341,18 +344,33 @@ func throughput(ctx context.Context, p *producer.Producer, cfg Config, payload j
 		return nil, err
 	}
 	submitted := time.Since(start)
-	select {
-	case <-all:
-	case err := <-readErr:
-		// The reader stops itself (nil) right after it closes all: then
-		// both are ready and either may be picked.
+	// A completion that never comes would hold the run forever: after
+	// stallLimit without one, the run fails and says how far it got.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last, lastAt := done.Load(), time.Now()
+	for finished := false; !finished; {
 		select {
+		case <-tick.C:
+			if n := done.Load(); n != last {
+				last, lastAt = n, time.Now()
+			} else if time.Since(lastAt) > stallLimit {
+				return nil, fmt.Errorf("bench: no completion for %s, %d of %d received", stallLimit, n, cfg.Jobs)
+			}
 		case <-all:
-		default:
-			return nil, fmt.Errorf("bench: events ended after %d of %d completions: %w", done.Load(), cfg.Jobs, errors.Join(err, errors.New("reader stopped")))
+			finished = true
+		case err := <-readErr:
+			// The reader stops itself (nil) right after it closes all: then
+			// both are ready and either may be picked.
+			select {
+			case <-all:
+				finished = true
+			default:
+				return nil, fmt.Errorf("bench: events ended after %d of %d completions: %w", done.Load(), cfg.Jobs, errors.Join(err, errors.New("reader stopped")))
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("bench: %d of %d completions received: %w", done.Load(), cfg.Jobs, ctx.Err())
 		}
-	case <-ctx.Done():
-		return nil, fmt.Errorf("bench: %d of %d completions received: %w", done.Load(), cfg.Jobs, ctx.Err())
 	}
 	elapsed := time.Since(start)
 	return []Figure{

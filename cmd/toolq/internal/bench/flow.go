@@ -34,7 +34,9 @@ type FlowConfig struct {
 	Concurrency int
 	// Duration is how long the ratelimit scenario measures.
 	Duration time.Duration
-	Phase    func(phase string)
+	// Burst is the ratelimit scenario's burst; 1 when 0.
+	Burst int
+	Phase func(phase string)
 }
 
 // FlowDefaults are the sizes the issue names: a backlog of 100,000.
@@ -554,7 +556,7 @@ func concurrency(ctx context.Context, cfg FlowConfig) ([]Figure, error) {
 }
 
 // ratelimit runs a backlog of noop-like jobs of one tool through 3
-// workers under a limit of 50 a second (burst 1) for Duration, and prints
+// workers under a limit of 50 a second (burst Burst) for Duration, and prints
 // the rate their starts kept against it.
 func ratelimit(ctx context.Context, cfg FlowConfig) ([]Figure, error) {
 	const (
@@ -614,14 +616,14 @@ func ratelimit(ctx context.Context, cfg FlowConfig) ([]Figure, error) {
 	if err != nil {
 		return nil, err
 	}
-	lim := contracts.RateLimit{Tool: flowTool, Rate: rate, Per: time.Second, Burst: 1}
+	lim := contracts.RateLimit{Tool: flowTool, Rate: rate, Per: time.Second, Burst: max(1, cfg.Burst)}
 	data, _ := json.Marshal(lim)
 	if _, err := kv.Put(ctx, contracts.RateLimitKey("", flowTool), data); err != nil {
 		return nil, err
 	}
 	time.Sleep(500 * time.Millisecond) // the workers' watches apply it
 	n := int(float64(rate)*dur.Seconds()) + rate*5
-	cfg.phase("ratelimit: %d jobs, limit %d/s on %d workers, measured for %s", n, rate, workers, dur)
+	cfg.phase("ratelimit: %d jobs, limit %s on %d workers, measured for %s", n, lim.String(), workers, dur)
 	r := &flowRig{js: js, started: map[string]time.Time{}}
 	if err := r.publish(ctx, contracts.Subjects{}.Job(flowTool), "rl", n, 0, nil); err != nil {
 		return nil, err

@@ -16,10 +16,19 @@ import (
 	"github.com/toolq/toolq/worker"
 )
 
-// StartWorker starts one worker process named name against url with the
-// given concurrency and returns once it consumes; stop ends it (SIGTERM,
-// then its drain) and waits for it.
-type StartWorker func(ctx context.Context, url, name string, concurrency int) (stop func(context.Context) error, err error)
+// StartWorker starts one worker process (`toolq worker --builtins`) named
+// name against url with the given concurrency and extra flags of the
+// worker command, and returns once it consumes.
+type StartWorker func(ctx context.Context, url, name string, concurrency int, extra ...string) (*WorkerProcess, error)
+
+// WorkerProcess is a started worker process.
+type WorkerProcess struct {
+	// Stop ends it (SIGTERM, then its drain) and waits for it.
+	Stop func(context.Context) error
+	// Kill ends it at once (SIGKILL: nothing released, nothing handed
+	// back) and waits for it.
+	Kill func() error
+}
 
 // ScaleOutConfig sizes a run against a server of its own process, with the
 // workers in processes of their own: the shape a deployment has.
@@ -85,11 +94,11 @@ func scaleOutRound(ctx context.Context, cfg ScaleOutConfig, p *producer.Producer
 		}
 	}()
 	for i := range n {
-		stop, err := cfg.Start(ctx, cfg.URL, fmt.Sprintf("bench-%d-of-%d", i+1, n), cfg.Concurrency)
+		wp, err := cfg.Start(ctx, cfg.URL, fmt.Sprintf("bench-%d-of-%d", i+1, n), cfg.Concurrency)
 		if err != nil {
 			return nil, err
 		}
-		stops = append(stops, stop)
+		stops = append(stops, wp.Stop)
 	}
 	redeliveredBefore := redelivered(ctx, js)
 	cfg.phase("warming up: 50 jobs")

@@ -26,6 +26,10 @@ func newBenchCmd(g *globals) *cobra.Command {
 		observeRatio  float64
 		workers       []int
 		scenario      string
+		clusterBin    string
+		clusterNodes  int
+		clusterWork   int
+		failoverFor   time.Duration
 		flow          = bench.FlowDefaults()
 		soak          time.Duration
 	)
@@ -52,6 +56,20 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 			}
 			// The phases on stderr as they begin; stdout keeps the figures.
 			cfg.Phase = func(phase string) { g.tell("bench: %s", phase) }
+			if clusterBin != "" {
+				figs, err := bench.RunCluster(cmd.Context(), bench.ClusterConfig{
+					Config: cfg, ServerBin: clusterBin, Nodes: clusterNodes, Workers: clusterWork, FailoverFor: failoverFor,
+					Start: workerProcesses(g),
+				})
+				if err != nil {
+					return err
+				}
+				return printFigures(g, figs)
+			}
+			if len(workers) > 0 && scenario != "" {
+				flow.Phase = cfg.Phase
+				return scenarioProcesses(cmd, g, scenario, flow, workers)
+			}
 			if len(workers) > 0 {
 				return scaleOut(cmd, g, cfg, workers)
 			}
@@ -188,11 +206,36 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 	f.IntVar(&flow.Concurrency, "scenario-concurrency", flow.Concurrency, "the worker's slots in a --scenario")
 	f.DurationVar(&soak, "soak", 0, "instead, run throughput rounds of --jobs back to back for this long (e.g. 10m) and print the slopes of heap and goroutines per minute and the redeliveries")
 	f.DurationVar(&flow.Duration, "scenario-duration", flow.Duration, "how long --scenario ratelimit measures")
+	f.IntVar(&flow.Burst, "scenario-burst", 1, "the burst of --scenario ratelimit's limit of 50/s")
 	f.BoolVar(&observe, "observe", false, "run again with metrics and tracing on (every trace exported over OTLP/HTTP to a local receiver), in turns with both off, and print every round, both medians and bench.observability_overhead_pct")
 	f.IntVar(&observeRounds, "observe-rounds", 3, "rounds of off and on with --observe (at least 3)")
 	f.Float64Var(&observeRatio, "observe-sample-ratio", 1, "trace sample ratio of --observe's traced rounds (1: every trace)")
-	f.IntSliceVar(&workers, "workers", nil, "measure against the server of --nats with this many `toolq worker` processes instead, one round per count (e.g. 1,2,4); figures end in _workers_N")
+	f.IntSliceVar(&workers, "workers", nil, "measure against the server of --nats with this many `toolq worker` processes instead, one round per count (e.g. 1,2,4); figures end in _workers_N. With --scenario concurrency or ratelimit: that scenario with this many worker processes (one count; 0 is the scenario's own, 8 or 3), one of them killed with SIGKILL in concurrency")
+	f.StringVar(&clusterBin, "cluster-server", "", "instead, start a cluster of nats-server processes of this executable (`make nats-server` builds the pinned one), measure with --cluster-workers worker processes on replicated streams, then kill the jobs stream's leader under a steady load: figures end in _cluster, and bench.leader_failover_stall_ms")
+	f.IntVar(&clusterNodes, "cluster-nodes", 3, "nodes (and stream replicas) of --cluster-server")
+	f.IntVar(&clusterWork, "cluster-workers", 2, "worker processes of --cluster-server")
+	f.DurationVar(&failoverFor, "failover-for", 10*time.Second, "how long --cluster-server's steady load runs after the leader is killed")
 	return cmd
+}
+
+// scenarioProcesses is bench --scenario concurrency|ratelimit --workers N:
+// the scenario against the server --nats names, its workers in processes
+// of their own.
+func scenarioProcesses(cmd *cobra.Command, g *globals, scenario string, flow bench.FlowConfig, workers []int) error {
+	if len(workers) != 1 {
+		return contracts.Errorf(contracts.CodeInvalidInput, "--scenario with --workers takes one count of worker processes")
+	}
+	opts, err := g.auth.options()
+	if err != nil {
+		return err
+	}
+	figs, err := bench.RunScenarioProcesses(cmd.Context(), scenario, bench.FlowProcConfig{
+		FlowConfig: flow, URL: g.natsURL, Options: opts, Prefix: g.prefix, Workers: workers[0], Start: workerProcesses(g),
+	})
+	if err != nil {
+		return err
+	}
+	return printFigures(g, figs)
 }
 
 // scaleOut is bench --workers: the requester here, the workers in

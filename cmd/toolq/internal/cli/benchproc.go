@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,7 +23,7 @@ var childEnv []string
 // workerProcesses starts `toolq worker` processes of this very binary for
 // bench --workers, logging in as this command does.
 func workerProcesses(g *globals) bench.StartWorker {
-	return func(ctx context.Context, url, name string, concurrency int) (func(context.Context) error, error) {
+	return func(ctx context.Context, url, name string, concurrency int, extra ...string) (*bench.WorkerProcess, error) {
 		exe, err := os.Executable()
 		if err != nil {
 			return nil, err
@@ -35,6 +36,7 @@ func workerProcesses(g *globals) bench.StartWorker {
 		}
 		args = append(args, "worker", "--name", name, "--builtins", "--no-code-mode", "--no-exec",
 			"--concurrency", fmt.Sprint(concurrency), "--stop-timeout", "10s")
+		args = append(args, extra...)
 		cmd := exec.Command(exe, args...) //nolint:gosec // G204: this binary, with arguments built here
 		cmd.Env = append(os.Environ(), childEnv...)
 		cmd.Stdout = io.Discard
@@ -45,7 +47,8 @@ func workerProcesses(g *globals) bench.StartWorker {
 		if err := cmd.Start(); err != nil {
 			return nil, fmt.Errorf("bench: start worker %s: %w", name, err)
 		}
-		exited := make(chan error, 1)
+		exited := make(chan struct{}) // closed once the process ended; exitErr is then its Wait's
+		var exitErr error
 		started := make(chan struct{})
 		var tail strings.Builder
 		go func() {
@@ -66,14 +69,15 @@ func workerProcesses(g *globals) bench.StartWorker {
 					up = true
 				}
 			}
-			exited <- cmd.Wait()
+			exitErr = cmd.Wait()
+			close(exited)
 		}()
 		stop := func(ctx context.Context) error {
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			select {
-			case err := <-exited:
-				if err != nil {
-					return fmt.Errorf("bench: worker %s: %w", name, err)
+			case <-exited:
+				if exitErr != nil {
+					return fmt.Errorf("bench: worker %s: %w", name, exitErr)
 				}
 				return nil
 			case <-ctx.Done():
@@ -81,12 +85,25 @@ func workerProcesses(g *globals) bench.StartWorker {
 				return fmt.Errorf("bench: worker %s did not stop: %w", name, ctx.Err())
 			}
 		}
+		kill := func() error {
+			select {
+			case <-exited:
+				return fmt.Errorf("bench: worker %s had already exited: %w", name, cmp.Or(exitErr, errors.New("exit 0")))
+			default:
+			}
+			if err := cmd.Process.Kill(); err != nil {
+				return fmt.Errorf("bench: kill worker %s: %w", name, err)
+			}
+			<-exited // its Wait says "signal: killed", as asked
+			return nil
+		}
 		wait, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		select {
 		case <-started:
-			return stop, nil
-		case err := <-exited:
+			return &bench.WorkerProcess{Stop: stop, Kill: kill}, nil
+		case <-exited:
+			err := exitErr
 			if err == nil {
 				err = errors.New("exit 0")
 			}

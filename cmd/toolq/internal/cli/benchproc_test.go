@@ -52,3 +52,76 @@ func TestBenchScaleOut(t *testing.T) {
 	require.Equal(t, 1, code, errOut)
 	require.Contains(t, errOut, "want 1 to 64")
 }
+
+// TestBenchCluster runs bench --cluster-server on a 3-node cluster of
+// nats-server processes with two worker processes: the throughput, latency
+// and redeliveries of R3 streams, then the failover of the jobs stream's
+// leader under load, after which every job completed exactly once.
+func TestBenchCluster(t *testing.T) { //nolint:paralleltest // starts three servers and two workers, and SIGKILLs a server: alone, its timings mean something
+	bin := testutil.NATSServerBinary(t)
+	code, out, errOut := run(t, "bench", "--cluster-server", bin, "--jobs", "400",
+		"--submitters", "4", "--concurrency", "16", "--latency-jobs", "20", "--latency-interval", "1ms",
+		"--failover-for", "3s")
+	require.Equal(t, 0, code, errOut)
+	figs := map[string]float64{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		fs := strings.Fields(line)
+		require.Len(t, fs, 3, line)
+		v, err := strconv.ParseFloat(fs[1], 64)
+		require.NoError(t, err, line)
+		figs[strings.TrimPrefix(fs[0], "bench.")] = v
+	}
+	for _, name := range []string{"e2e_throughput_cluster", "e2e_latency_p99_cluster", "leader_failover_stall_ms", "leader_failover_jobs"} {
+		require.Positive(t, figs[name], "%s in %v", name, figs)
+	}
+	for _, name := range []string{"redelivered_cluster", "leader_failover_lost", "leader_failover_duplicates"} {
+		v, ok := figs[name]
+		require.True(t, ok, "%s in %v", name, figs)
+		require.Zero(t, v, name)
+	}
+	require.Contains(t, errOut, "leader")
+	require.Contains(t, errOut, "killed")
+	code, _, errOut = run(t, "bench", "--cluster-server", bin, "--cluster-nodes", "2")
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "want 3 to 5")
+}
+
+// TestBenchScenarioProcesses runs the concurrency and ratelimit scenarios,
+// small, against a nats-server process with worker processes: one of the
+// three concurrency workers is killed with SIGKILL, and the key was never
+// run past its limit nor left a lease.
+func TestBenchScenarioProcesses(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartServerProcess(t, t.TempDir())
+	figures := func(out string) map[string]float64 {
+		figs := map[string]float64{}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			fs := strings.Fields(line)
+			require.Len(t, fs, 3, line)
+			v, err := strconv.ParseFloat(fs[1], 64)
+			require.NoError(t, err, line)
+			figs[strings.TrimPrefix(fs[0], "bench.")] = v
+		}
+		return figs
+	}
+	code, out, errOut := run(t, "--nats", srv.URL(), "bench", "--scenario", "concurrency", "--workers", "3",
+		"--scenario-backlog", "300", "--scenario-concurrency", "4")
+	require.Equal(t, 0, code, errOut)
+	figs := figures(out)
+	require.Contains(t, errOut, "killing worker process 1 (SIGKILL)")
+	require.InDelta(t, 3.0, figs["concurrency_worker_processes"], 0, out)
+	require.Positive(t, figs["concurrency_max_observed"], out)
+	require.LessOrEqual(t, figs["concurrency_max_observed"], figs["concurrency_limit"], out)
+	require.Zero(t, figs["concurrency_slot_leaks"], out)
+
+	code, out, errOut = run(t, "--nats", srv.URL(), "bench", "--scenario", "ratelimit", "--workers", "2",
+		"--scenario-duration", "2s", "--scenario-concurrency", "4")
+	require.Equal(t, 0, code, errOut)
+	figs = figures(out)
+	require.InDelta(t, 2.0, figs["ratelimit_worker_processes"], 0, out)
+	require.InDelta(t, 50, figs["ratelimit_observed"], 15, out)
+
+	code, _, errOut = run(t, "--nats", srv.URL(), "bench", "--scenario", "fairness", "--workers", "2")
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "want one of [concurrency ratelimit]")
+}

@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/toolq/toolq/cmd/toolq/internal/operator"
 	"github.com/toolq/toolq/cmd/toolq/internal/ui"
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/embedded"
@@ -55,6 +57,7 @@ type workerFlags struct {
 	exec            execFlags
 	ackWait         time.Duration
 	leaseTTL        time.Duration
+	concLeaseTTL    time.Duration
 	providersConfig string
 	// demo is dev's demo provider (--demo-provider), the only provider
 	// of code_execution when set.
@@ -77,6 +80,7 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.providersConfig, "providers-config", "", "JSON file configuring code_execution's providers (keys, base URLs, models, retries, breakers)")
 	cmd.Flags().DurationVar(&f.ackWait, "ack-wait", 30*time.Second, "how long a job may go without a heartbeat before another worker takes it")
 	cmd.Flags().DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "how long a code-mode resume may hold a run before another worker takes it over")
+	cmd.Flags().DurationVar(&f.concLeaseTTL, "concurrency-lease-ttl", 30*time.Second, "how long a dead worker's slot of a concurrency key stays held (the TTL of the concurrency bucket, set by the first worker that makes it)")
 	cmd.Flags().StringVar(&f.snapshotKeyFile, "snapshot-key-file", "", "key that signs code-mode snapshots, shared by every worker (or env TOOLQ_SNAPSHOT_KEY, hex)")
 	cmd.Flags().StringVar(&f.snapshotKeyID, "snapshot-key-id", os.Getenv("TOOLQ_SNAPSHOT_KEY_ID"), "id of the snapshot key, written in every snapshot (default: derived from the key; env TOOLQ_SNAPSHOT_KEY_ID)")
 	cmd.Flags().StringArrayVar(&f.snapshotVerify, "snapshot-verify-key-file", nil, "an older snapshot key still accepted for resumes, as [ID=]FILE (repeatable; for key rotation)")
@@ -127,7 +131,7 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 		Name: f.name, Subjects: g.subjects(), Replicas: f.replicas, StopTimeout: f.stopTimeout,
 		Logger: g.log, Tool: worker.ToolConfig{Concurrency: f.concurrency, AckWait: f.ackWait},
 		Builtins: f.builtins, Tenants: f.tenants, TenantQueueLimit: f.tenantQueue, MaxQueueTime: f.maxQueueTime,
-		CatalogTTL: f.catalogTTL, SessionLanes: f.sessionLanes,
+		CatalogTTL: f.catalogTTL, ConcurrencyLeaseTTL: f.concLeaseTTL, SessionLanes: f.sessionLanes,
 	}
 	if f.obs != nil {
 		wcfg.Observer = f.obs.Worker()
@@ -182,8 +186,47 @@ func registerCodeExecution(g *globals, w *worker.Worker, nc *nats.Conn, f *worke
 			logged(c)
 		}
 	}
-	_, err = codeexec.Register(w, cfg)
-	return err
+	// The breakers' current state, in the breakers bucket for the console.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	var tool *codeexec.CodeExecution
+	board, err := operator.NewBreakerBoard(js, &operator.BreakerBoardConfig{
+		Subjects: g.subjects(), Replicas: f.replicas, Worker: w.Name(), Logger: g.log,
+		States: func() map[string]map[string]string { return breakerStates(tool) },
+	})
+	if err != nil {
+		return err
+	}
+	announced := cfg.OnBreakerChange
+	cfg.OnBreakerChange = func(c codeexec.BreakerChange) {
+		announced(c)
+		board.Changed(c.Provider, c.Model, string(c.To), c.At, c.RetryAfterMs)
+	}
+	if tool, err = codeexec.Register(w, cfg); err != nil {
+		return err
+	}
+	return w.Use(board)
+}
+
+// breakerStates is t's breakers now, provider → model → state.
+func breakerStates(t *codeexec.CodeExecution) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	if t == nil {
+		return out
+	}
+	for _, p := range t.Status() {
+		if len(p.Breakers) == 0 {
+			continue
+		}
+		m := make(map[string]string, len(p.Breakers))
+		for model, st := range p.Breakers {
+			m[model] = string(st)
+		}
+		out[p.Provider] = m
+	}
+	return out
 }
 
 // registerCodeMode adds code mode when the worker has a snapshot key.

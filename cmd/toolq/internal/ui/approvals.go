@@ -32,6 +32,11 @@ type approvalRow struct {
 	// HashOK says the plan hashes to the hash the record carries (nothing
 	// is offered for signing otherwise).
 	HashOK bool
+	// Always is what approving "always" adds to the shared allowlist, as
+	// `toolq approve --always` prints it (computed without the worker's
+	// policy); offered only for the default tenant's approvals that add
+	// something.
+	Always shell.Always
 }
 
 // approvalsData is the approvals page.
@@ -74,6 +79,9 @@ func (s *Server) approvals(ctx context.Context, f filter) ([]approvalRow, error)
 			continue
 		}
 		row := approvalRow{Rec: &rec, HashOK: rec.Approval.Plan.Hash() == rec.Approval.Hash}
+		if row.HashOK && tenant == "" {
+			row.Always = shell.AlwaysEntries(shell.Policy{}, &rec.Approval.Plan)
+		}
 		for name := range rec.Approval.Plan.Env {
 			row.EnvKeys = append(row.EnvKeys, name)
 		}
@@ -181,8 +189,16 @@ func (s *Server) handleDecide(w http.ResponseWriter, r *http.Request) {
 	case d.Hash != a.Hash:
 		refuse(http.StatusConflict, "the decision signs plan %s, the approval's plan is %s: reload the page", d.Hash, a.Hash)
 		return
-	case d.Always:
-		refuse(http.StatusBadRequest, "the console does not relay always-decisions (they change the fleet-wide allowlist): use toolq approve --always")
+	case d.Always && d.Verdict != contracts.ExecApprove:
+		refuse(http.StatusBadRequest, "always goes with approve only")
+		return
+	case d.Always && a.Tenant != "":
+		// The allowlist is shared by every tenant's jobs: the worker
+		// refuses a tenant's always (denied); say so before relaying.
+		refuse(http.StatusBadRequest, "approval %s is tenant %s's: always changes the allowlist of every tenant and is for the default tenant's approvers only", a.ID, a.Tenant)
+		return
+	case d.Always && len(shell.AlwaysEntries(shell.Policy{}, &a.Plan).Entries) == 0:
+		refuse(http.StatusBadRequest, "approving %s always would add nothing to the allowlist: approve it once", a.ID)
 		return
 	}
 	// The signature must be the key's own over this decision: a decision
@@ -265,7 +281,7 @@ func (s *Server) relay(ctx context.Context, d *contracts.ExecDecision) (*contrac
 		if err != nil {
 			return nil, nil, err
 		}
-		s.log.Info("console relayed a decision", "approval", d.ApprovalID, "verdict", d.Verdict, "approver", d.Approver, "decide_job", job.ID)
+		s.log.Info("console relayed a decision", "approval", d.ApprovalID, "verdict", d.Verdict, "always", d.Always, "approver", d.Approver, "decide_job", job.ID)
 		ev, err := s.p.Await(ctx, job.Session, job.ID, &producer.AwaitOpts{Progress: true})
 		return job, ev, err
 	}

@@ -207,6 +207,56 @@ func TestBrowserApprove(t *testing.T) {
 	require.Empty(t, stored, "not kept unless asked")
 }
 
+// TestBrowserApproveAlways: the page lists the exact allowlist entry an
+// always-approval adds and takes it only once the box is ticked; signed
+// with the operator's key in the page, the command runs, and a second
+// identical command runs without approval.
+func TestBrowserApproveAlways(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := tab(t)
+	id := b.pendingExec(t, "uname -n")
+	art := "#approval-" + id
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(b.url+"approvals"), chromedp.WaitVisible(chromedp.CSS(art))))
+	entries := waitText(t, ctx, art+" .always-entries", "'/usr/bin/uname' -n")
+	require.Equal(t, "'/usr/bin/uname' -n", strings.TrimSpace(entries), "exactly one entry, exactly this argv")
+	loadSeed(t, ctx, b.seed)
+
+	// Off until the person confirms what the allowlist gains.
+	disabled := func() bool {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(`document.querySelector(%q).disabled`, art+" button.approve-always")))
+		require.NoError(t, err)
+		return v
+	}
+	require.True(t, disabled(), "not before the box is ticked")
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(art+" input.always-confirm"))))
+	require.False(t, disabled(), "ticked")
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(art+" button.approve-always"))))
+	waitText(t, ctx, art+" .outcome", "approved always")
+
+	end, err := b.p.Await(testutil.Context(t, 20*time.Second), "agent", id, nil)
+	require.NoError(t, err)
+	require.Equal(t, contracts.StatusCompleted, end.Data.Status, "%s", end.Data.Error)
+	res, _, err := producer.ExecResult(end)
+	require.NoError(t, err)
+	require.NotEmpty(t, strings.TrimSpace(res.Stdout), "the host name")
+	rec, err := b.p.Approval(testutil.Context(t, 5*time.Second), id)
+	require.NoError(t, err)
+	require.True(t, rec.Decision.Always, "the signed decision says always")
+
+	// The same command again: no approval, it just runs.
+	ctx2 := testutil.Context(t, 20*time.Second)
+	job, err := b.p.SubmitExec(ctx2, &contracts.ExecInput{Command: "uname -n"}, nil)
+	require.NoError(t, err)
+	ev, err := b.p.Await(ctx2, job.Session, job.ID, &producer.AwaitOpts{Parked: true})
+	require.NoError(t, err)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, "allowlisted: ran without approval")
+	again, _, err := producer.ExecResult(ev)
+	require.NoError(t, err)
+	require.Equal(t, res.Stdout, again.Stdout)
+}
+
 // TestBrowserApproveForTenant: a tenant's approval, signed in the page
 // with the tenant's approver's key (the decision names the tenant under
 // its signature), runs; the operator's own key is not that tenant's.

@@ -82,7 +82,7 @@ func TestDecideRelaysOnlyWhatItShould(t *testing.T) {
 		"another plan":   {sign(func(d *contracts.ExecDecision) { d.Hash = strings.Repeat("0", 64) }), http.StatusConflict, "reload the page"},
 		"unknown":        {sign(func(d *contracts.ExecDecision) { d.ApprovalID = "nope" }), http.StatusNotFound, "unknown or expired"},
 		"another tenant": {sign(func(d *contracts.ExecDecision) { d.Tenant = "ACME" }), http.StatusNotFound, "of tenant ACME is unknown"},
-		"always":         {sign(func(d *contracts.ExecDecision) { d.Always = true }), http.StatusBadRequest, "always"},
+		"always denied":  {strings.Replace(sign(nil), `"verdict":"approve"`, `"verdict":"deny","always":true`, 1), http.StatusBadRequest, "always goes with approve only"},
 		"tampered":       {strings.Replace(sign(nil), `"verdict":"approve"`, `"verdict":"deny"`, 1), http.StatusBadRequest, "does not verify"},
 		"unknown fields": {`{"decision":{},"seed":"SU"}`, http.StatusBadRequest, "unknown field"},
 	} {
@@ -107,6 +107,57 @@ func TestDecideRelaysOnlyWhatItShould(t *testing.T) {
 	code, out, _ = b.post(t, "approvals/decide", sign(nil))
 	require.Equal(t, http.StatusConflict, code, out)
 	require.Contains(t, out, "already approved")
+}
+
+// TestDecideAlways: the page shows what approving always adds; the
+// console relays an always-decision of the default tenant signed by the
+// approver's key, the command runs, and the same command then runs
+// without approval. An always that would add nothing is refused.
+func TestDecideAlways(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := testutil.Context(t, 30*time.Second)
+	id := b.pendingExec(t, "uname -r")
+	page := body(t, get(t, b.url+"approvals"))
+	require.Contains(t, page, `<ul class="always-entries"><li><code>&#39;/usr/bin/uname&#39; -r</code></li></ul>`, "the exact entry the allowlist gains")
+	require.Contains(t, page, "I add exactly this entry to the fleet-wide allowlist")
+	require.Contains(t, page, `class="approve-always" data-verdict="approve" data-always="true" disabled`, "off until confirmed")
+
+	rec, err := b.p.Approval(ctx, id)
+	require.NoError(t, err)
+	d, err := shell.SignDecision(shell.NewDecision(&rec.Approval, shell.Approve, true, "", time.Now()), []byte(b.seed))
+	require.NoError(t, err)
+	data, err := json.Marshal(contracts.ExecDecideInput{Decision: d})
+	require.NoError(t, err)
+	code, out, _ := b.post(t, "approvals/decide", string(data))
+	require.Equal(t, http.StatusOK, code, out)
+	var rep decideReply
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	require.True(t, rep.OK, out)
+	require.Equal(t, contracts.ExecApprovalApproved, rep.Status)
+	ev, err := b.p.Await(ctx, "agent", id, nil)
+	require.NoError(t, err)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
+
+	// The same command runs at once; another argument still asks.
+	job, err := b.p.SubmitExec(ctx, &contracts.ExecInput{Command: "uname -r"}, nil)
+	require.NoError(t, err)
+	ev, err = b.p.Await(ctx, job.Session, job.ID, &producer.AwaitOpts{Parked: true})
+	require.NoError(t, err)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, "allowlisted by the always-decision")
+	b.pendingExec(t, "uname -a") // waits for approval: only the exact argv was added
+
+	// A wrapper is never allowlisted: always would add nothing.
+	rec, err = b.p.Approval(ctx, b.pendingExec(t, "env uname -r"))
+	require.NoError(t, err)
+	require.Empty(t, shell.AlwaysEntries(shell.Policy{}, &rec.Approval.Plan).Entries)
+	d, err = shell.SignDecision(shell.NewDecision(&rec.Approval, shell.Approve, true, "", time.Now()), []byte(b.seed))
+	require.NoError(t, err)
+	data, err = json.Marshal(contracts.ExecDecideInput{Decision: d})
+	require.NoError(t, err)
+	code, out, _ = b.post(t, "approvals/decide", string(data))
+	require.Equal(t, http.StatusBadRequest, code, out)
+	require.Contains(t, out, "would add nothing")
 }
 
 func TestSchedulesAddAndRemove(t *testing.T) {
@@ -244,6 +295,18 @@ func TestDecideForTenants(t *testing.T) {
 		require.False(t, rep.OK, name)
 		require.Equal(t, contracts.CodeDenied, rep.Error.Code, "%s: %s", name, rep.Error.Message)
 	}
+	// always changes the allowlist every tenant shares: not for a tenant.
+	require.NotContains(t, page, "approve-always", "no always for a tenant's approval")
+	d := shell.NewDecision(&rec.Approval, shell.Approve, true, "", time.Now())
+	d, err = shell.SignDecision(d, []byte(b.tenantSeeds["ACME"]))
+	require.NoError(t, err)
+	data, err := json.Marshal(contracts.ExecDecideInput{Decision: d})
+	require.NoError(t, err)
+	hc, out, _ := b.post(t, "approvals/decide", string(data))
+	require.Equal(t, http.StatusBadRequest, hc, out)
+	require.Contains(t, out, "for the default tenant's approvers only")
+	require.Equal(t, contracts.StatusApprovalPending, last(), "nothing ran")
+
 	code, rep := decide(b.tenantSeeds["GLOBEX"], func(d *contracts.ExecDecision) { d.Tenant = "GLOBEX" })
 	require.Equal(t, http.StatusNotFound, code, "GLOBEX has no approval %s: %+v", job.ID, rep)
 	require.Equal(t, contracts.StatusApprovalPending, last(), "nothing ran")
@@ -281,10 +344,10 @@ func (b *bundle) pendingTenantExec(t *testing.T, tenant, command string) (*contr
 	return job, last
 }
 
-// TestBreakersPage: a breaker change a worker announces (the CloudEvent of
-// `toolq worker`'s OnBreakerChange) shows on the breakers page and in the
-// breaker feed.
-func TestBreakersPage(t *testing.T) {
+// TestBreakersFeed: a breaker change a worker announces (the CloudEvent of
+// `toolq worker`'s OnBreakerChange) is in the breaker feed (the page
+// itself reads the breakers bucket: TestBreakersPage).
+func TestBreakersFeed(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ctx := testutil.Context(t, 10*time.Second)
@@ -308,6 +371,4 @@ func TestBreakersPage(t *testing.T) {
 			break
 		}
 	}
-	page := body(t, get(t, b.url+"breakers"))
-	require.Contains(t, page, `<td data-label="Model">grok-4</td><td data-label="State" class="status s-open">open</td>`)
 }

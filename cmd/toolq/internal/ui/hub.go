@@ -2,7 +2,6 @@ package ui
 
 import (
 	"encoding/json"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -66,29 +65,21 @@ type listener struct {
 	lagged chan struct{}
 }
 
-// breakerState is the last change seen of one provider+model breaker.
-type breakerState struct {
-	Provider, Model, State, From string
-	At                           time.Time
-	RetryAfterMs                 int64
-}
-
 // hub turns the console's NATS subscriptions into live feeds: every
 // event of every tenant (the toolq account sees them all; a feed's filter
-// picks), dead letters as they arrive, and breaker changes, whose last
-// state it also keeps for the breakers page.
+// picks), dead letters as they arrive, and breaker changes (the breakers
+// page reads the state itself from the breakers bucket).
 type hub struct {
 	s contracts.Subjects
 
 	mu        sync.Mutex
 	listeners map[*listener]struct{}
-	breakers  map[string]breakerState
 	closed    bool
 	subs      []*nats.Subscription
 }
 
 func newHub(s contracts.Subjects) *hub {
-	return &hub{s: s, listeners: map[*listener]struct{}{}, breakers: map[string]breakerState{}}
+	return &hub{s: s, listeners: map[*listener]struct{}{}}
 }
 
 // subscribe starts the subscriptions on nc; close ends them.
@@ -140,9 +131,6 @@ func (h *hub) onMsg(m *nats.Msg) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if it.Kind == "breaker" {
-		h.breakers[it.Provider+"\x00"+it.Model] = breakerState{Provider: it.Provider, Model: it.Model, State: it.Status, At: it.Time}
-	}
 	for l := range h.listeners {
 		if !l.f.match(it) {
 			continue
@@ -216,24 +204,6 @@ func (h *hub) unlisten(l *listener) {
 		delete(h.listeners, l)
 		close(l.lagged)
 	}
-}
-
-// breakerStates is the last seen state of every breaker, by provider and
-// model.
-func (h *hub) breakerStates() []breakerState {
-	h.mu.Lock()
-	out := make([]breakerState, 0, len(h.breakers))
-	for _, b := range h.breakers {
-		out = append(out, b)
-	}
-	h.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Provider != out[j].Provider {
-			return out[i].Provider < out[j].Provider
-		}
-		return out[i].Model < out[j].Model
-	})
-	return out
 }
 
 // matches reports whether subject matches the wildcard pattern.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolq/toolq/cmd/toolq/internal/operator"
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/scheduler"
 	"github.com/toolq/toolq/tools/codemode"
@@ -43,8 +44,44 @@ func (s *Server) handleRuns(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, "runs", p)
 }
 
+// breakerRow is one worker's breaker of one provider and model.
+type breakerRow struct {
+	Provider, Worker string
+	contracts.BreakerModel
+	Updated time.Time
+}
+
+// handleBreakers shows every breaker of every live worker, from the
+// breakers bucket the workers keep (operator.BreakerBoard): open ones
+// first. The live feed of breaker changes reloads it.
 func (s *Server) handleBreakers(w http.ResponseWriter, r *http.Request) {
-	p := &page{Title: "Breakers", Live: filter{}.liveURL("kind", "breaker"), Data: s.hub.breakerStates()}
+	p := &page{Title: "Breakers", Live: filter{}.liveURL("kind", "breaker")}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
+	defer cancel()
+	recs, err := operator.ReadBreakers(ctx, s.js, s.cfg.Subjects)
+	var rows []breakerRow
+	for _, rec := range recs {
+		for _, m := range rec.Breakers {
+			rows = append(rows, breakerRow{Provider: rec.Provider, Worker: rec.Worker, BreakerModel: m, Updated: rec.Updated})
+		}
+	}
+	rank := map[string]int{contracts.BreakerOpen: 0, contracts.BreakerHalfOpen: 1}
+	sort.SliceStable(rows, func(i, j int) bool {
+		ri, oki := rank[rows[i].State]
+		rj, okj := rank[rows[j].State]
+		if !oki {
+			ri = 2
+		}
+		if !okj {
+			rj = 2
+		}
+		return ri < rj
+	})
+	p.Data = rows
+	if err != nil {
+		s.fail(w, r, "breakers", p, err)
+		return
+	}
 	s.render(w, r, "breakers", p)
 }
 

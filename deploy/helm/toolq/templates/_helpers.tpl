@@ -218,3 +218,52 @@ ports:
 - {{ printf "%s=0.0.0.0:%v" .Values.health.listenFlag .Values.health.port | quote }}
 {{- end }}
 {{- end }}
+
+{{/* The OTLP flags of a worker or the scheduler: none with tracing off. */}}
+{{- define "toolq.tracingArgs" -}}
+{{- $tr := .Values.tracing }}
+{{- if $tr.enabled }}
+{{- $ep := required "tracing.endpoint is required with tracing.enabled" $tr.endpoint }}
+{{- if not (regexMatch "^(https?://[^\\s/?#]+(/[^\\s]*)?|[^\\s/:?#]+:[0-9]{1,5})$" $ep) }}
+{{- fail (printf "tracing.endpoint %q: want http(s)://host:port[/path] or host:port" $ep) }}
+{{- end }}
+- {{ printf "--otlp-endpoint=%s" $ep | quote }}
+- {{ printf "--otlp-protocol=%s" $tr.protocol | quote }}
+- {{ printf "--trace-sample-ratio=%v" $tr.sampleRatio | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The OTLP environment: the exporter's headers from a Secret, and
+resource attributes naming the pod. Input: dict root, component. */}}
+{{- define "toolq.tracingEnv" -}}
+{{- $tr := .root.Values.tracing }}
+{{- if $tr.enabled }}
+{{- if $tr.headers.existingSecret }}
+- name: OTEL_EXPORTER_OTLP_TRACES_HEADERS
+  valueFrom:
+    secretKeyRef: {name: {{ $tr.headers.existingSecret }}, key: {{ $tr.headers.key }}}
+{{- end }}
+- name: TOOLQ_POD_NAME
+  valueFrom:
+    fieldRef: {fieldPath: metadata.name}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ printf "k8s.namespace.name=%s,k8s.deployment.name=%s-%s,k8s.pod.name=$(TOOLQ_POD_NAME)" .root.Release.Namespace (include "toolq.fullname" .root) .component | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The collector's TCP port, from tracing.endpoint: its own, else 443
+for https and 80 for http. */}}
+{{- define "toolq.otlpPort" -}}
+{{- $ep := .Values.tracing.endpoint }}
+{{- $host := $ep }}
+{{- if contains "://" $ep }}
+{{- $host = (urlParse $ep).host }}
+{{- end }}
+{{- if regexMatch ":[0-9]+$" $host }}
+{{- regexFind "[0-9]+$" $host }}
+{{- else if hasPrefix "https://" $ep }}
+{{- 443 }}
+{{- else }}
+{{- 80 }}
+{{- end }}
+{{- end }}

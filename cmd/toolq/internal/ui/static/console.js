@@ -225,7 +225,7 @@ function signingPayload(d, issuedAtNanos) {
   return out;
 }
 
-async function signDecision(signer, approval, verdict, reason) {
+async function signDecision(signer, approval, verdict, reason, always) {
   const ms = Date.now();
   const nonce = new Uint8Array(16);
   crypto.getRandomValues(nonce);
@@ -234,6 +234,7 @@ async function signDecision(signer, approval, verdict, reason) {
     reason, approver: signer.publicKey, issuedAt: new Date(ms).toISOString(), nonce: b64url(nonce),
   };
   if (approval.tenant) d.tenant = approval.tenant;
+  if (always) d.always = true;
   const payload = signingPayload(d, (BigInt(ms) * 1000000n).toString());
   const sig = await crypto.subtle.sign({ name: "Ed25519" }, signer.key, payload);
   d.signature = b64url(new Uint8Array(sig));
@@ -283,15 +284,31 @@ function approvalChanged(it) {
   }
 }
 
-async function decide(art, verdict) {
+// alwaysConfirmed says the always box of art is ticked: the always
+// button works only then.
+function alwaysConfirmed(art) {
+  const box = art.querySelector(".always-confirm");
+  return !!box && box.checked;
+}
+
+function enableButtons(art) {
+  for (const b of art.querySelectorAll(".decide button")) {
+    b.disabled = b.dataset.always === "true" && !alwaysConfirmed(art);
+  }
+}
+
+async function decide(art, verdict, always) {
   const out = art.querySelector(".outcome");
   if (!signer) { out.textContent = "Load your approver key first."; out.className = "outcome error"; return; }
+  if (always && !alwaysConfirmed(art)) { out.textContent = "Tick the box to confirm what the allowlist gains."; out.className = "outcome error"; return; }
   const buttons = art.querySelectorAll(".decide button");
   buttons.forEach((b) => { b.disabled = true; });
+  const box = art.querySelector(".always-confirm");
+  if (box) box.disabled = true;
   out.textContent = "Signing and sending…";
   out.className = "outcome note";
   try {
-    const d = await signDecision(signer, { id: art.dataset.id, tenant: art.dataset.tenant, hash: art.dataset.hash }, verdict, art.querySelector(".reason").value);
+    const d = await signDecision(signer, { id: art.dataset.id, tenant: art.dataset.tenant, hash: art.dataset.hash }, verdict, art.querySelector(".reason").value, always);
     const res = await fetch("/approvals/decide", {
       method: "POST", credentials: "same-origin",
       headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
@@ -299,7 +316,7 @@ async function decide(art, verdict) {
     });
     const rep = await res.json();
     if (rep.ok && rep.applied) {
-      out.textContent = rep.status + " (job " + rep.jobId + ")";
+      out.textContent = rep.status + (always ? " always" : "") + " (job " + rep.jobId + ")";
       out.className = "outcome done";
       const s = art.querySelector("p .status");
       s.textContent = rep.status;
@@ -312,7 +329,8 @@ async function decide(art, verdict) {
     out.textContent = "Failed: " + err.message;
     out.className = "outcome error";
   }
-  buttons.forEach((b) => { b.disabled = false; });
+  if (box) box.disabled = false;
+  enableButtons(art);
 }
 
 if (document.getElementById("signer")) {
@@ -337,6 +355,8 @@ if (document.getElementById("signer")) {
   const kept = sessionStorage.getItem(SEED_KEY);
   if (kept) { keep.checked = true; useSeed(kept, true); }
   for (const art of document.querySelectorAll("article.approval")) {
-    for (const b of art.querySelectorAll(".decide button")) b.addEventListener("click", () => decide(art, b.dataset.verdict));
+    for (const b of art.querySelectorAll(".decide button")) b.addEventListener("click", () => decide(art, b.dataset.verdict, b.dataset.always === "true"));
+    const box = art.querySelector(".always-confirm");
+    if (box) box.addEventListener("change", () => enableButtons(art));
   }
 }

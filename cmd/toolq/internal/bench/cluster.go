@@ -1,0 +1,503 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/producer"
+	"github.com/toolq/toolq/worker"
+)
+
+// ClusterConfig sizes a run on a cluster of nats-server processes that the
+// bench starts itself: the shape a production deployment has (R3 streams
+// on three nodes, file storage), measured with worker processes, and then
+// the stall that follows the loss of the jobs stream's leader.
+type ClusterConfig struct {
+	Config
+	// ServerBin is the nats-server executable (built from the module
+	// version toolq pins: `make nats-server`).
+	ServerBin string
+	// Nodes is the cluster's size (3 when 0).
+	Nodes int
+	// Workers is the number of worker processes (2 when 0).
+	Workers int
+	// Start starts a worker process; it is given `--replicas <Nodes>`.
+	Start StartWorker
+	// FailoverInterval is the pause between the jobs of the failover run,
+	// a steady load (5 ms when 0); FailoverFor is how long the load runs
+	// after the leader is killed (10 s when 0).
+	FailoverInterval time.Duration
+	FailoverFor      time.Duration
+}
+
+func (c *ClusterConfig) withDefaults() error {
+	if c.Nodes == 0 {
+		c.Nodes = 3
+	}
+	if c.Workers == 0 {
+		c.Workers = 2
+	}
+	if c.FailoverInterval == 0 {
+		c.FailoverInterval = 5 * time.Millisecond
+	}
+	if c.FailoverFor == 0 {
+		c.FailoverFor = 10 * time.Second
+	}
+	switch {
+	case c.ServerBin == "":
+		return errors.New("bench: a cluster run needs a nats-server executable")
+	case c.Nodes < 3 || c.Nodes > 5:
+		return fmt.Errorf("bench: %d cluster nodes: want 3 to 5", c.Nodes)
+	case c.Workers < 1 || c.Workers > 16:
+		return fmt.Errorf("bench: %d workers: want 1 to 16", c.Workers)
+	case c.Start == nil:
+		return errors.New("bench: a cluster run needs a way to start workers")
+	case c.Jobs < 1 || c.Submitters < 1 || c.Concurrency < 1 || c.LatencyJobs < 0:
+		return errors.New("bench: jobs, submitters and concurrency must be positive")
+	case c.FailoverInterval < time.Millisecond || c.FailoverFor < time.Second:
+		return errors.New("bench: the failover load wants an interval of at least 1ms and at least 1s after the kill")
+	}
+	if _, err := os.Stat(c.ServerBin); err != nil {
+		return fmt.Errorf("bench: nats-server executable: %w", err)
+	}
+	return nil
+}
+
+// RunCluster starts a cluster of cfg.Nodes nats-server processes, measures
+// throughput and latency with cfg.Workers worker processes on R<Nodes>
+// streams (figures ending in _cluster), then keeps a steady load of jobs
+// going, SIGKILLs the server that leads the jobs stream, and reports the
+// longest time no job completed (leader_failover_stall_ms) and that every
+// job submitted completed exactly once.
+func RunCluster(ctx context.Context, cfg ClusterConfig) (_ []Figure, err error) {
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	cfg.phase("starting a cluster of %d nats-server processes", cfg.Nodes)
+	cl, err := startCluster(ctx, cfg.ServerBin, cfg.Nodes)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.stop()
+	nc, err := nats.Connect(cl.url(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		return nil, fmt.Errorf("bench: connect to the cluster: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitMetaLeader(ctx, js); err != nil {
+		return nil, err
+	}
+	p, err := producer.New(nc, &producer.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+
+	cfg.phase("starting %d worker processes (concurrency %d each, R%d streams)", cfg.Workers, cfg.Concurrency, cfg.Nodes)
+	var procs []*WorkerProcess
+	defer func() {
+		cfg.phase("stopping %d worker processes", len(procs))
+		for _, wp := range procs {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			err = errors.Join(err, wp.Stop(sctx))
+			cancel()
+		}
+	}()
+	for i := range cfg.Workers {
+		wp, err := cfg.Start(ctx, cl.url(), fmt.Sprintf("bench-cluster-%d", i+1), cfg.Concurrency, "--replicas", strconv.Itoa(cfg.Nodes))
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, wp)
+	}
+	st, err := js.Stream(ctx, contracts.Subjects{}.JobsStream())
+	if err != nil {
+		return nil, err
+	}
+	if r := st.CachedInfo().Config.Replicas; r != cfg.Nodes {
+		return nil, fmt.Errorf("bench: the jobs stream has %d replicas, want %d (start the workers with --replicas %d)", r, cfg.Nodes, cfg.Nodes)
+	}
+	payload, _ := json.Marshal(map[string]string{"pad": pad(cfg.PayloadBytes)})
+	cfg.phase("warming up: 50 jobs")
+	if _, err := latency(ctx, p, payload, 50, 0); err != nil {
+		return nil, err
+	}
+	redeliveredBefore := redelivered(ctx, js)
+	cfg.phase("throughput: %d jobs from %d submitters, %d workers", cfg.Jobs, cfg.Submitters, cfg.Workers)
+	tf, err := throughput(ctx, p, cfg.Config, payload)
+	if err != nil {
+		return nil, err
+	}
+	var figs []Figure
+	for _, f := range tf {
+		f.Name += "_cluster"
+		figs = append(figs, f)
+	}
+	if cfg.LatencyJobs > 0 {
+		cfg.phase("latency: %d jobs, one every %s", cfg.LatencyJobs, cfg.LatencyInterval)
+		lf, err := latencyFigures(ctx, p, payload, cfg.Config, "_cluster")
+		if err != nil {
+			return nil, err
+		}
+		figs = append(figs, lf...)
+	}
+	figs = append(figs, Figure{"redelivered_cluster", float64(redelivered(ctx, js) - redeliveredBefore), "jobs"})
+	ff, err := failover(ctx, cfg, cl, js, p, payload)
+	if err != nil {
+		return nil, err
+	}
+	cfg.phase("done")
+	return append(figs, ff...), nil
+}
+
+// failover runs a steady load of jobs, kills the jobs stream's leader a
+// second in, and measures what the requester saw.
+func failover(ctx context.Context, cfg ClusterConfig, cl *cluster, js jetstream.JetStream, p *producer.Producer, payload json.RawMessage) ([]Figure, error) {
+	session := "failover-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	var (
+		mu        sync.Mutex
+		completed []time.Time // completion times, in arrival order
+		terminal  = map[string]int{}
+		latencies []time.Duration
+		submitted = map[string]time.Time{}
+	)
+	rctx, stopReading := context.WithCancel(ctx)
+	defer stopReading()
+	var rg errgroup.Group
+	rg.Go(func() error {
+		err := p.ReadEvents(rctx, session, &producer.ReadOpts{Follow: true}, func(ev *contracts.Event) error {
+			if !ev.Data.Status.Terminal() {
+				return nil
+			}
+			now := time.Now()
+			mu.Lock()
+			defer mu.Unlock()
+			terminal[ev.Data.JobID]++
+			if terminal[ev.Data.JobID] == 1 {
+				completed = append(completed, now)
+				if t, ok := submitted[ev.Data.JobID]; ok {
+					latencies = append(latencies, now.Sub(t))
+				}
+			}
+			return nil
+		})
+		if rctx.Err() != nil {
+			return nil
+		}
+		return err
+	})
+
+	redeliveredBefore := redelivered(ctx, js)
+	leader, err := jobsLeader(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	victim := cl.byName(leader)
+	if victim == nil {
+		return nil, fmt.Errorf("bench: the jobs stream's leader %q is not a server of this cluster", leader)
+	}
+	cfg.phase("failover: a job every %s, the jobs stream's leader (%s) killed after 1s, %s more of load", cfg.FailoverInterval, leader, cfg.FailoverFor)
+	var killedAt time.Time
+	start := time.Now()
+	var sg errgroup.Group
+	sg.SetLimit(64)
+	tick := time.NewTicker(cfg.FailoverInterval)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		now := time.Now()
+		if killedAt.IsZero() && now.Sub(start) >= time.Second {
+			victim.kill()
+			killedAt = time.Now()
+		}
+		if !killedAt.IsZero() && now.Sub(killedAt) >= cfg.FailoverFor {
+			break
+		}
+		id := fmt.Sprintf("%s-%d", session, i)
+		mu.Lock()
+		submitted[id] = now
+		mu.Unlock()
+		// A submit that fails while leaders are elected is retried with
+		// the same id: enqueued once, whatever the first try did.
+		sg.Go(func() error { return submitRetrying(ctx, p, id, session, payload) })
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	loadEnd := time.Now()
+	if err := sg.Wait(); err != nil {
+		return nil, err
+	}
+	total := len(submitted)
+	cfg.phase("failover: waiting for the %d jobs to complete", total)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		mu.Lock()
+		n := len(terminal)
+		mu.Unlock()
+		if n >= total || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-time.After(50 * time.Millisecond): // the events arrive on the reader
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	// A second more, so a duplicate terminal event would be seen too.
+	time.Sleep(time.Second)
+	stopReading()
+	if err := rg.Wait(); err != nil {
+		return nil, fmt.Errorf("bench: failover events: %w", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	dups := 0
+	for _, n := range terminal {
+		dups += n - 1
+	}
+	// The stall: the longest time no job completed while the load ran,
+	// from a little before the kill (a gap that began then is the kill's)
+	// to the first completion after the load's end. A job whose delivery
+	// the dead leader took with it completes only after its ack wait; it
+	// is counted in the redeliveries and the latency's maximum, not here.
+	slices.SortFunc(completed, func(a, b time.Time) int { return a.Compare(b) })
+	var stall time.Duration
+	from := killedAt.Add(-200 * time.Millisecond)
+	prev := from
+	for _, t := range completed {
+		if t.Before(from) {
+			continue
+		}
+		stall = max(stall, t.Sub(prev))
+		prev = t
+		if t.After(loadEnd) {
+			break
+		}
+	}
+	if prev.Before(loadEnd) {
+		stall = max(stall, loadEnd.Sub(prev))
+	}
+	slices.Sort(latencies)
+	return []Figure{
+		{"leader_failover_stall_ms", ms(stall), "ms"},
+		{"leader_failover_latency_p50", ms(pct(latencies, 50)), "ms"},
+		{"leader_failover_latency_max", ms(pct(latencies, 100)), "ms"},
+		{"leader_failover_jobs", float64(total), "jobs"},
+		{"leader_failover_lost", float64(total - len(terminal)), "jobs"},
+		{"leader_failover_redelivered", float64(redelivered(ctx, js) - redeliveredBefore), "jobs"},
+		{"leader_failover_duplicates", float64(dups), "events"},
+	}, nil
+}
+
+// submitRetrying submits a noop job with the given id until the bus takes
+// it (a submit times out while the stream elects a leader).
+func submitRetrying(ctx context.Context, p *producer.Producer, id, session string, payload json.RawMessage) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := p.Submit(sctx, worker.ToolNoop, payload, &producer.SubmitOpts{ID: id, Session: session})
+		cancel()
+		if err == nil || errors.Is(err, producer.ErrDuplicate) {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("bench: submit %s: %w", id, err)
+		}
+		time.Sleep(50 * time.Millisecond) // the cluster elects leaders
+	}
+}
+
+// jobsLeader is the name of the server leading the jobs stream.
+func jobsLeader(ctx context.Context, js jetstream.JetStream) (string, error) {
+	st, err := js.Stream(ctx, contracts.Subjects{}.JobsStream())
+	if err != nil {
+		return "", err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return "", err
+	}
+	if info.Cluster == nil || info.Cluster.Leader == "" {
+		return "", errors.New("bench: the jobs stream has no leader")
+	}
+	return info.Cluster.Leader, nil
+}
+
+// waitMetaLeader waits until the cluster answers JetStream requests (it
+// has a meta leader).
+func waitMetaLeader(ctx context.Context, js jetstream.JetStream) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := js.AccountInfo(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: JetStream of the cluster not ready: %w", err)
+		}
+		select {
+		case <-time.After(100 * time.Millisecond): // polling the cluster
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// cluster is nats-server processes routed to each other.
+type cluster struct {
+	dir   string
+	nodes []*node
+}
+
+type node struct {
+	name string
+	port int
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (n *node) kill() {
+	select {
+	case <-n.done:
+	default:
+		_ = n.cmd.Process.Signal(syscall.SIGKILL)
+		<-n.done
+	}
+}
+
+func (c *cluster) url() string {
+	urls := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		urls[i] = "nats://127.0.0.1:" + strconv.Itoa(n.port)
+	}
+	return strings.Join(urls, ",")
+}
+
+func (c *cluster) byName(name string) *node {
+	for _, n := range c.nodes {
+		if n.name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+func (c *cluster) stop() {
+	for _, n := range c.nodes {
+		n.kill()
+	}
+	_ = os.RemoveAll(c.dir)
+}
+
+// startCluster starts n nats-server processes of bin on loopback, each with
+// JetStream on a store of its own, routed to each other, and returns once
+// each accepts connections.
+func startCluster(ctx context.Context, bin string, n int) (_ *cluster, err error) {
+	dir, err := os.MkdirTemp("", "toolq-bench-cluster-")
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{dir: dir}
+	defer func() {
+		if err != nil {
+			c.stop()
+		}
+	}()
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return nil, err
+	}
+	clients, routes := ports[:n], ports[n:]
+	var routeURLs []string
+	for _, p := range routes {
+		routeURLs = append(routeURLs, "nats://127.0.0.1:"+strconv.Itoa(p))
+	}
+	for i := range n {
+		name := fmt.Sprintf("toolq-bench-%d", i+1)
+		store := filepath.Join(dir, name)
+		cmd := exec.CommandContext(ctx, bin, //nolint:gosec // G204: the operator names the server executable
+			"-a", "127.0.0.1", "-p", strconv.Itoa(clients[i]), "-js", "-sd", store, "-n", name,
+			"--cluster_name", "toolq-bench", "--cluster", routeURLs[i], "--routes", strings.Join(routeURLs, ","))
+		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("bench: start nats-server: %w", err)
+		}
+		nd := &node{name: name, port: clients[i], cmd: cmd, done: make(chan struct{})}
+		go func() { _ = cmd.Wait(); close(nd.done) }()
+		c.nodes = append(c.nodes, nd)
+	}
+	for _, nd := range c.nodes {
+		if err := waitListening(ctx, nd); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// waitListening polls a starting server's client port.
+func waitListening(ctx context.Context, nd *node) error {
+	deadline := time.Now().Add(30 * time.Second)
+	addr := "127.0.0.1:" + strconv.Itoa(nd.port)
+	for {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			_ = conn.Close()
+			return nil
+		}
+		select {
+		case <-nd.done:
+			return fmt.Errorf("bench: nats-server %s exited at start", nd.name)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: nats-server %s does not listen: %w", nd.name, err)
+		}
+		select {
+		case <-time.After(20 * time.Millisecond): // polling a starting process
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, n)
+	for i := range ports {
+		var lc net.ListenConfig
+		l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports, nil
+}
