@@ -76,20 +76,35 @@ func (s Subjects) ConsumerNameAt(tool string, p Priority) string {
 // TenantJobOf returns the tool and level of a job subject of tenant in the
 // toolq account, tool "" when subject is not one.
 func (s Subjects) TenantJobOf(tenant, subject string) (string, Priority) {
+	tool, p, _ := s.TenantJobLaneOf(tenant, subject)
+	return tool, p
+}
+
+// TenantJobLaneOf is TenantJobOf with the subject's lane (0 for the plain
+// subject of a level).
+func (s Subjects) TenantJobLaneOf(tenant, subject string) (string, Priority, int) {
 	rest, ok := strings.CutPrefix(subject, s.tenant(tenant)+".jobs.")
 	if !ok {
-		return "", ""
+		return "", "", 0
 	}
 	p := PriorityNormal
-	if mark, tool, found := strings.Cut(rest, "."); found && strings.HasPrefix(mark, priorityMark) {
+	if mark, tool, found := strings.Cut(rest, "."); found && strings.HasPrefix(mark, priorityMark) && !strings.HasPrefix(mark, laneMark) {
 		lvl := Priority(mark[len(priorityMark):])
 		if lvl != PriorityHigh && lvl != PriorityLow {
-			return "", ""
+			return "", "", 0
 		}
 		p, rest = lvl, tool
 	}
-	if !ValidTool(rest) {
-		return "", ""
+	lane := 0
+	if mark, tool, found := strings.Cut(rest, "."); found && strings.HasPrefix(mark, laneMark) {
+		l, ok := parseLane(mark)
+		if !ok {
+			return "", "", 0
+		}
+		lane, rest = l, tool
 	}
-	return rest, p
+	if !ValidTool(rest) {
+		return "", "", 0
+	}
+	return rest, p, lane
 }

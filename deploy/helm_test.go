@@ -319,6 +319,7 @@ func TestChartDefaults(t *testing.T) {
 		require.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
 		require.Equal(t, "metrics", c.ReadinessProbe.HTTPGet.Port.StrVal)
 		require.NotContains(t, c.Args, "--tenants", name)
+		require.NotContains(t, c.Args, "--session-lanes", name)
 	}
 
 	// Workers log in as the worker role, the scheduler as its own.
@@ -444,6 +445,30 @@ func TestChartCombinations(t *testing.T) {
 				require.ElementsMatch(t, []string{general, scheduler}, m.names("Deployment"))
 				require.Equal(t, []string{general}, m.names("ScaledObject"))
 				require.ElementsMatch(t, []string{general, scheduler}, m.names("PodDisruptionBudget"))
+			},
+		},
+		{
+			name:   "session lanes on",
+			values: map[string]any{"bus": map[string]any{"sessionLanes": true}},
+			check: func(t *testing.T, m *manifests) {
+				t.Helper()
+				for _, name := range []string{general, execGroup} {
+					require.Contains(t, m.deployment(t, name).Spec.Template.Spec.Containers[0].Args, "--session-lanes", name)
+				}
+				// A trigger per level and lane, named as the worker names
+				// the consumers; code_mode.result (NormalOnly) keeps one.
+				subj := contracts.Subjects{}
+				var want []string
+				for _, p := range []contracts.Priority{contracts.PriorityNormal, contracts.PriorityHigh, contracts.PriorityLow} {
+					for lane := range contracts.SessionLanes {
+						want = append(want, subj.JobsStream()+"/"+subj.ConsumerNameLane(contracts.ToolExec, p, lane))
+					}
+				}
+				require.Equal(t, want, consumers(scaledObject(t, m, execGroup)))
+				got := consumers(scaledObject(t, m, general))
+				require.Contains(t, got, subj.JobsStream()+"/"+subj.ConsumerName(contracts.ToolCodeModeResult))
+				require.NotContains(t, got, subj.JobsStream()+"/"+subj.ConsumerNameLane(contracts.ToolCodeModeResult, contracts.PriorityNormal, 1))
+				require.Len(t, got, 3*3*contracts.SessionLanes+1)
 			},
 		},
 		{

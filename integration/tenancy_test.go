@@ -628,7 +628,8 @@ func TestTenancy(t *testing.T) {
 		call := waiting.PendingToolCalls[0]
 		nested := <-b.holds
 		require.Equal(t, contracts.NestedJobID(run.ID, call.CallID), nested)
-		n, err := subjectCount(b, contracts.Subjects{}.TenantJobsStream("ACME"), contracts.Subjects{}.TenantJob("ACME", "hold"))
+		// On the run's session's lane of the tenant's subjects.
+		n, err := subjectCount(b, contracts.Subjects{}.TenantJobsStream("ACME"), contracts.Subjects{}.TenantSessionJob("ACME", &contracts.Job{Tool: "hold", Session: run.Session}))
 		require.NoError(t, err)
 		require.Equal(t, uint64(1), n, "the nested call is in the tenant's own stream")
 

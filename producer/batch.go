@@ -100,7 +100,11 @@ func (p *Producer) SubmitBatch(ctx context.Context, jobs []*contracts.Job, opts 
 		}
 		return nil
 	}
-	served := map[string]error{}
+	type check struct {
+		lanes bool
+		err   error
+	}
+	served := map[string]check{}
 	tp := TraceParentFrom(ctx)
 	for i, job := range jobs {
 		if job.Session == "" {
@@ -116,12 +120,15 @@ func (p *Producer) SubmitBatch(ctx context.Context, jobs []*contracts.Job, opts 
 		}
 		if err == nil {
 			key := p.cfg.Subjects.JobAt(job.Tool, job.Priority)
-			if _, seen := served[key]; !seen {
+			c, seen := served[key]
+			if !seen {
 				cctx, cancel := p.withTimeout(ctx)
-				served[key] = p.checkServed(cctx, job.Tool, job.Priority)
+				c.lanes, c.err = p.checkServed(cctx, job.Tool, job.Priority)
 				cancel()
+				served[key] = c
 			}
-			err = served[key]
+			err = c.err
+			msg.Subject = p.subject(job, c.lanes)
 		}
 		if err == nil {
 			s.ack, err = p.js.PublishMsgAsync(msg, jetstream.WithMsgID(contracts.DedupID(job)))
@@ -150,7 +157,16 @@ func (p *Producer) batchMsg(job *contracts.Job) (*nats.Msg, error) {
 	if err != nil {
 		return nil, contracts.Errorf(contracts.CodeInvalidInput, "job cannot be encoded: %v", err)
 	}
-	return &nats.Msg{Subject: p.cfg.Subjects.JobAt(job.Tool, job.Priority), Data: data}, nil
+	return &nats.Msg{Data: data}, nil // the subject is set once the tool is checked
+}
+
+// subject is the subject job goes on: its session's lane when the tool's
+// workers take lanes, its level's plain subject otherwise.
+func (p *Producer) subject(job *contracts.Job, lanes bool) string {
+	if lanes {
+		return p.cfg.Subjects.SessionJob(job)
+	}
+	return p.cfg.Subjects.JobAt(job.Tool, job.Priority)
 }
 
 func nowUTC() time.Time { return time.Now().UTC() }

@@ -92,7 +92,7 @@ type Producer struct {
 	followers map[string]*follower
 
 	servedMu sync.Mutex
-	served   map[string]time.Time // tool → until when it counts as served
+	served   map[string]servedEntry // a tool's level consumer → until when it counts as served
 
 	// hooks stop Await at its steps in internal tests; nil otherwise.
 	hooks *awaitHooks
@@ -144,7 +144,7 @@ func New(nc *nats.Conn, cfg *Config) (*Producer, error) {
 	}
 	return &Producer{
 		nc: nc, js: js, cfg: c, log: c.Logger, source: "/toolq/producer/" + c.Name,
-		followers: map[string]*follower{}, served: map[string]time.Time{},
+		followers: map[string]*follower{}, served: map[string]servedEntry{},
 	}, nil
 }
 
@@ -253,7 +253,7 @@ func TraceParentFrom(ctx context.Context) string {
 }
 
 // SubmitJob enqueues a fully built job, after validating it, on the subject
-// of its tool and Priority, with traceparent in its headers (the one of ctx, WithTraceParent, when
+// of its tool, Priority and its session's lane (contracts.SessionJob), with traceparent in its headers (the one of ctx, WithTraceParent, when
 // empty). It returns an error matching ErrDuplicate when the bus already
 // holds the job's id.
 func (p *Producer) SubmitJob(ctx context.Context, job *contracts.Job, traceparent string) error {
@@ -267,7 +267,7 @@ func (p *Producer) SubmitJob(ctx context.Context, job *contracts.Job, traceparen
 	if err != nil {
 		return contracts.Errorf(contracts.CodeInvalidInput, "job cannot be encoded: %v", err)
 	}
-	msg := &nats.Msg{Subject: p.cfg.Subjects.JobAt(job.Tool, job.Priority), Data: data, Header: nats.Header{}}
+	msg := &nats.Msg{Data: data, Header: nats.Header{}}
 	if traceparent == "" {
 		traceparent = TraceParentFrom(ctx)
 	}
@@ -279,9 +279,11 @@ func (p *Producer) SubmitJob(ctx context.Context, job *contracts.Job, traceparen
 	}
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
-	if err := p.checkServed(ctx, job.Tool, job.Priority); err != nil {
+	lanes, err := p.checkServed(ctx, job.Tool, job.Priority)
+	if err != nil {
 		return err
 	}
+	msg.Subject = p.subject(job, lanes)
 	ack, err := p.js.PublishMsg(ctx, msg, jetstream.WithMsgID(contracts.DedupID(job)))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoStreamResponse) {

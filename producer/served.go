@@ -21,30 +21,33 @@ import (
 // queued jobs are the workers' queue-time limit's business. A check that
 // cannot be made (no stream yet, no answer) lets the submit go on: the
 // publish reports a missing stream, and a job for an unserved tool is ended
-// by the queue-time limit anyway.
-func (p *Producer) checkServed(ctx context.Context, tool string, prio contracts.Priority) error {
+// by the queue-time limit anyway. lanes says whether the tool's workers
+// take the session lanes' subjects (contracts.SessionJob); the job goes on
+// its level's plain subject when not.
+func (p *Producer) checkServed(ctx context.Context, tool string, prio contracts.Priority) (lanes bool, err error) {
 	if p.cfg.SubmitUnserved || p.cfg.TenantAccount {
-		return nil
+		return true, nil
 	}
 	now := time.Now()
 	key := p.cfg.Subjects.ConsumerNameAt(tool, prio)
 	p.servedMu.Lock()
-	until, ok := p.served[key]
+	e, ok := p.served[key]
 	p.servedMu.Unlock()
-	if ok && now.Before(until) {
-		return nil
+	if ok && now.Before(e.until) {
+		return e.lanes, nil
 	}
 	// The check is bounded on its own, so that a user whose permissions
 	// lack consumer info (the request then gets no answer) still submits.
 	cctx, cancel := context.WithTimeout(ctx, min(p.cfg.Timeout, servedCheckTimeout))
 	defer cancel()
-	_, err := p.js.Consumer(cctx, p.cfg.Subjects.JobsStream(), key)
+	cons, err := p.js.Consumer(cctx, p.cfg.Subjects.JobsStream(), key)
 	switch {
 	case err == nil:
+		lanes := p.servesLanes(cctx, cons, tool, prio)
 		p.servedMu.Lock()
-		p.served[key] = now.Add(p.cfg.ServedTTL)
+		p.served[key] = servedEntry{until: now.Add(p.cfg.ServedTTL), lanes: lanes}
 		p.servedMu.Unlock()
-		return nil
+		return lanes, nil
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
 		served := p.servedTools(ctx)
 		list := "none"
@@ -52,10 +55,10 @@ func (p *Producer) checkServed(ctx context.Context, tool string, prio contracts.
 			list = strings.Join(served, ", ")
 		}
 		if prio != "" && prio != contracts.PriorityNormal && slices.Contains(served, tool) {
-			return fmt.Errorf("%w: %w", ErrToolNotServed,
+			return false, fmt.Errorf("%w: %w", ErrToolNotServed,
 				contracts.Errorf(contracts.CodeInvalidInput, "no worker serves tool %q at priority %s (its workers predate priorities)", tool, prio))
 		}
-		return fmt.Errorf("%w: %w", ErrToolNotServed,
+		return false, fmt.Errorf("%w: %w", ErrToolNotServed,
 			contracts.Errorf(contracts.CodeInvalidInput, "no worker serves tool %q; served: %s", tool, list))
 	default:
 		// Remembered as served, so that a check that cannot be made is
@@ -63,10 +66,33 @@ func (p *Producer) checkServed(ctx context.Context, tool string, prio contracts.
 		p.log.Warn("cannot check that a worker serves the tool; submitting anyway (may the user read $JS.API.CONSUMER.INFO of the jobs stream?)",
 			slog.String("tool", tool), slog.Any("err", err))
 		p.servedMu.Lock()
-		p.served[key] = now.Add(p.cfg.ServedTTL)
+		p.served[key] = servedEntry{until: now.Add(p.cfg.ServedTTL), lanes: true}
 		p.servedMu.Unlock()
-		return nil
+		return true, nil
 	}
+}
+
+// servedEntry is a level of a tool found served, until when, and whether
+// its workers take the session lanes' subjects.
+type servedEntry struct {
+	until time.Time
+	lanes bool
+}
+
+// servesLanes reports whether the workers of tool's level take the jobs of
+// every session lane: the level's consumer filters them all (lanes folded
+// into one consumer), or lane 1 has a consumer of its own (lanes apart).
+// Workers from before lanes filter the plain subject only; a producer then
+// submits every session on it, so nothing it sends is left unserved.
+func (p *Producer) servesLanes(ctx context.Context, cons jetstream.Consumer, tool string, prio contracts.Priority) bool {
+	if contracts.Guarded(tool) {
+		return false
+	}
+	if slices.Contains(cons.CachedInfo().Config.FilterSubjects, p.cfg.Subjects.JobLane(tool, prio, 1)) {
+		return true
+	}
+	_, err := p.js.Consumer(ctx, p.cfg.Subjects.JobsStream(), p.cfg.Subjects.ConsumerNameLane(tool, prio, 1))
+	return err == nil
 }
 
 // servedCheckTimeout bounds the served check of a submit.
@@ -82,7 +108,11 @@ func (p *Producer) servedTools(ctx context.Context) []string {
 	var tools []string
 	lister := st.ListConsumers(ctx)
 	for ci := range lister.Info() {
-		if tool := p.cfg.Subjects.ToolOf(ci.Config.FilterSubject); tool != "" && ci.Name == p.cfg.Subjects.ConsumerName(tool) {
+		filter := ci.Config.FilterSubject
+		if len(ci.Config.FilterSubjects) > 0 {
+			filter = ci.Config.FilterSubjects[0] // lanes folded: lane 0 first
+		}
+		if tool := p.cfg.Subjects.ToolOf(filter); tool != "" && ci.Name == p.cfg.Subjects.ConsumerName(tool) {
 			tools = append(tools, tool)
 		}
 	}

@@ -105,3 +105,55 @@ func BenchmarkSubmit(b *testing.B) {
 		})
 	}
 }
+
+// A producer puts a job on its session's lane only when the tool's workers
+// take lanes (their level's consumer filters every lane, or lane 1 has its
+// own); against workers from before lanes it stays on the plain subject,
+// where they take it.
+func TestSubmitLanesFollowWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p, err := producer.New(b.nc, &producer.Config{Session: "b", Logger: quiet}) // lane 1
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	ctx := testutil.Context(t, 10*time.Second)
+	s := contracts.Subjects{}
+	require.Equal(t, 1, contracts.LaneOf("b"))
+
+	b.serve(t, "old") // its filter: the plain subject only
+	_, err = b.js.CreateOrUpdateConsumer(ctx, s.JobsStream(), jetstream.ConsumerConfig{
+		Durable: s.ConsumerName("folded"), FilterSubjects: s.TenantJobLanes("", "folded", contracts.PriorityNormal), AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	require.NoError(t, err)
+	for lane := range contracts.SessionLanes {
+		_, err = b.js.CreateOrUpdateConsumer(ctx, s.JobsStream(), jetstream.ConsumerConfig{
+			Durable: s.ConsumerNameLane("apart", contracts.PriorityNormal, lane), FilterSubject: s.JobLane("apart", contracts.PriorityNormal, lane), AckPolicy: jetstream.AckExplicitPolicy,
+		})
+		require.NoError(t, err)
+	}
+	for tool, want := range map[string]string{
+		"old":    "toolq.jobs.old",
+		"folded": "toolq.jobs.~s1.folded",
+		"apart":  "toolq.jobs.~s1.apart",
+	} {
+		_, err := p.Submit(ctx, tool, nil, nil)
+		require.NoError(t, err, tool)
+		st, err := b.js.Stream(ctx, s.JobsStream())
+		require.NoError(t, err)
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(s.Jobs()))
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), info.State.Subjects[want], "%s: %v", tool, info.State.Subjects)
+	}
+	// A guarded tool stays on its plain subject even where lanes are taken.
+	_, err = b.js.CreateOrUpdateConsumer(ctx, s.JobsStream(), jetstream.ConsumerConfig{
+		Durable: s.ConsumerName(contracts.ToolExecDecide), FilterSubjects: s.TenantJobLanes("", contracts.ToolExecDecide, contracts.PriorityNormal), AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	require.NoError(t, err)
+	_, err = p.Submit(ctx, contracts.ToolExecDecide, json.RawMessage(`{}`), nil)
+	require.NoError(t, err)
+	st, err := b.js.Stream(ctx, s.JobsStream())
+	require.NoError(t, err)
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(s.Jobs()))
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), info.State.Subjects[s.Job(contracts.ToolExecDecide)], "%v", info.State.Subjects)
+}

@@ -3,6 +3,7 @@ package producer_test
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -23,8 +24,20 @@ func (b *bundle) enqueued(t *testing.T, tool string) *contracts.Job {
 	ctx := testutil.Context(t, 5*time.Second)
 	st, err := b.js.Stream(ctx, contracts.Subjects{}.JobsStream())
 	require.NoError(t, err)
-	msg, err := st.GetLastMsgForSubject(ctx, contracts.Subjects{}.Job(tool))
-	require.NoError(t, err)
+	// On whichever session lane it went (contracts.SessionJob).
+	var msg *jetstream.RawStreamMsg
+	lanes := contracts.Subjects{}.TenantJobLanes("", tool, contracts.PriorityNormal)
+	for _, subject := range lanes {
+		m, err := st.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		require.NoError(t, err)
+		if msg == nil || m.Sequence > msg.Sequence {
+			msg = m
+		}
+	}
+	require.NotNil(t, msg, "no job of %s queued", tool)
 	job, err := contracts.DecodeJob(msg.Data)
 	require.NoError(t, err)
 	return job

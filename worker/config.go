@@ -52,6 +52,15 @@ type Config struct {
 	// job's tenant comes from its subject. Off by default (one tenant, the
 	// default one).
 	Tenants bool
+	// SessionLanes keeps the session lanes of every tool, tenant and level
+	// apart (contracts.SessionLanes): each lane gets a consumer of its own,
+	// so one session's backlog delays only the sessions hashed to its lane,
+	// at the cost of SessionLanes times the consumers and idle pulls. Off
+	// (the default), one consumer a level takes every lane's subjects in
+	// the order they came. Give every worker of a deployment the same: a
+	// worker that starts with the other setting takes the consumers over
+	// (a job in flight on a consumer it removes is delivered again).
+	SessionLanes bool
 	// TenantQueueLimit caps the queued and running jobs of a tenant over
 	// all tools when its record names no limit (the server refuses a submit
 	// past it); 10000 by default.

@@ -20,36 +20,8 @@ func (w *Worker) startTool(ctx context.Context, t *tool) error {
 	if t.tenant != "" {
 		stream = w.cfg.Subjects.TenantJobsStream(t.tenant)
 	}
-	// The levels' consumers are made at once: a worker's start waits for
-	// one round trip a tool, not three.
-	var levels []contracts.Priority
-	for _, p := range contracts.Priorities {
-		if !t.cfg.NormalOnly || p == contracts.PriorityNormal {
-			levels = append(levels, p)
-		}
-	}
-	made := make([]*level, len(levels))
-	var g errgroup.Group
-	for i, p := range levels {
-		g.Go(func() error {
-			cons, err := w.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-				Durable:       w.cfg.Subjects.ConsumerNameAt(t.name, p),
-				Description:   "toolq workers of " + t.name + " at priority " + string(p),
-				FilterSubject: w.cfg.Subjects.TenantJobAt(t.tenant, t.name, p),
-				AckPolicy:     jetstream.AckExplicitPolicy,
-				AckWait:       t.cfg.AckWait,
-				MaxDeliver:    t.cfg.Retry.MaxAttempts,
-				MaxAckPending: t.cfg.MaxAckPending,
-				DeliverPolicy: jetstream.DeliverAllPolicy,
-			})
-			if err != nil {
-				return fmt.Errorf("worker: consumer for %s at %s: %w", t.name, p, err)
-			}
-			made[i] = &level{prio: p, cons: cons}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	made, err := w.makeConsumers(ctx, stream, t)
+	if err != nil {
 		return err
 	}
 	t.levels = made
@@ -68,10 +40,110 @@ func (w *Worker) startTool(ctx context.Context, t *tool) error {
 	return nil
 }
 
-// level is one priority level of a tool (or tenant twin): its consumer.
+// level is one priority level of a tool (or tenant twin), or one session
+// lane of it: its consumer.
 type level struct {
 	prio contracts.Priority
+	lane int
 	cons jetstream.Consumer
+}
+
+// makeConsumers makes the consumers of t in stream: one a level (only normal
+// for a NormalOnly tool), taking every session lane's subjects; with
+// Config.SessionLanes, one a level and lane instead (a NormalOnly tool's
+// one takes its plain subject only). The consumers of a step are made at
+// once: a worker's start waits for one or two round trips a tool.
+func (w *Worker) makeConsumers(ctx context.Context, stream string, t *tool) ([]*level, error) {
+	var levels []contracts.Priority
+	for _, p := range contracts.Priorities {
+		if !t.cfg.NormalOnly || p == contracts.PriorityNormal {
+			levels = append(levels, p)
+		}
+	}
+	apart := w.cfg.SessionLanes && !t.cfg.NormalOnly
+	base, err := w.makeLevels(ctx, stream, t, levels, 0, apart)
+	if err == nil && !apart && !t.cfg.NormalOnly {
+		return base, nil
+	}
+	if err != nil && (apart || !isOverlap(err)) {
+		return nil, err
+	}
+	if err != nil {
+		// A worker with lanes apart made their consumers; folding them
+		// into the levels' filters overlaps until they are gone.
+		for _, p := range levels {
+			for lane := 1; lane < contracts.SessionLanes; lane++ {
+				if derr := w.js.DeleteConsumer(ctx, stream, w.cfg.Subjects.ConsumerNameLane(t.name, p, lane)); derr != nil && !errors.Is(derr, jetstream.ErrConsumerNotFound) {
+					return nil, fmt.Errorf("worker: fold lanes of %s: %w", t.name, derr)
+				}
+			}
+		}
+		return w.makeLevels(ctx, stream, t, levels, 0, false)
+	}
+	if !apart {
+		return base, nil
+	}
+	// Lane 0 of each level filters its plain subject only by now, so the
+	// other lanes' consumers do not overlap it.
+	made := base
+	for lane := 1; lane < contracts.SessionLanes; lane++ {
+		more, err := w.makeLevels(ctx, stream, t, levels, lane, true)
+		if err != nil {
+			return nil, err
+		}
+		made = append(made, more...)
+	}
+	return made, nil
+}
+
+// isOverlap reports the server's refusal of a work-queue consumer whose
+// filter overlaps another's (JSConsumerWQConsumerNotUniqueErr).
+func isOverlap(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.ErrorCode == errWQConsumerNotUnique
+}
+
+// errWQConsumerNotUnique is the server's code for a work-queue consumer
+// whose filter overlaps another consumer's.
+const errWQConsumerNotUnique jetstream.ErrorCode = 10100
+
+// makeLevels makes one consumer of t for each of levels, on lane (apart),
+// or on every lane (not apart: lane is 0).
+func (w *Worker) makeLevels(ctx context.Context, stream string, t *tool, levels []contracts.Priority, lane int, apart bool) ([]*level, error) {
+	made := make([]*level, len(levels))
+	var g errgroup.Group
+	for i, p := range levels {
+		g.Go(func() error {
+			cfg := jetstream.ConsumerConfig{
+				Durable:       w.cfg.Subjects.ConsumerNameLane(t.name, p, lane),
+				Description:   "toolq workers of " + t.name + " at priority " + string(p),
+				AckPolicy:     jetstream.AckExplicitPolicy,
+				AckWait:       t.cfg.AckWait,
+				MaxDeliver:    t.cfg.Retry.MaxAttempts,
+				MaxAckPending: t.cfg.MaxAckPending,
+				DeliverPolicy: jetstream.DeliverAllPolicy,
+			}
+			switch {
+			case apart && lane > 0:
+				cfg.Description += fmt.Sprintf(", session lane %d", lane)
+				cfg.FilterSubject = w.cfg.Subjects.TenantJobLane(t.tenant, t.name, p, lane)
+			case apart || t.cfg.NormalOnly:
+				cfg.FilterSubject = w.cfg.Subjects.TenantJobAt(t.tenant, t.name, p)
+			default:
+				cfg.FilterSubjects = w.cfg.Subjects.TenantJobLanes(t.tenant, t.name, p)
+			}
+			cons, err := w.js.CreateOrUpdateConsumer(ctx, stream, cfg)
+			if err != nil {
+				return fmt.Errorf("worker: consumer for %s at %s: %w", t.name, p, err)
+			}
+			made[i] = &level{prio: p, lane: lane, cons: cons}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return made, nil
 }
 
 // reopen lets a tool closed by an earlier Stop pull again.

@@ -191,11 +191,11 @@ func (w *Worker) reapExhausted(adv maxDeliveriesAdvisory) {
 		}
 		return
 	}
-	toolName, prio := w.cfg.Subjects.TenantJobOf(tenant, raw.Subject)
+	toolName, prio, lane := w.cfg.Subjects.TenantJobLaneOf(tenant, raw.Subject)
 	if toolName == "" {
 		return // not a job of ours (e.g. a schedule)
 	}
-	if err := w.verifyExhausted(ctx, adv, toolName, prio); err != nil {
+	if err := w.verifyExhausted(ctx, adv, toolName, prio, lane); err != nil {
 		w.log.Warn("max deliveries advisory not acted on", slog.String("stream", adv.Stream),
 			slog.Uint64("seq", adv.StreamSeq), slog.String("reason", err.Error()))
 		return
@@ -264,12 +264,13 @@ func (w *Worker) streamTenant(stream string) (string, bool) {
 
 // verifyExhausted checks an advisory against the server before a job is
 // moved to the DLQ: anyone who may publish on $JS.EVENT can forge one. The
-// advisory must name the consumer of the tool's level of the job, claim at least its
+// advisory must name the consumer of the tool's level of the job (its lane's, with
+// lanes apart), claim at least its
 // MaxDeliver, and the consumer must already have delivered the message: a
 // forged advisory for a queued job, the one that would delete a job nobody
 // ran, is refused by the last check.
-func (w *Worker) verifyExhausted(ctx context.Context, adv maxDeliveriesAdvisory, toolName string, prio contracts.Priority) error {
-	if adv.Consumer != w.cfg.Subjects.ConsumerNameAt(toolName, prio) {
+func (w *Worker) verifyExhausted(ctx context.Context, adv maxDeliveriesAdvisory, toolName string, prio contracts.Priority, lane int) error {
+	if adv.Consumer != w.cfg.Subjects.ConsumerNameAt(toolName, prio) && adv.Consumer != w.cfg.Subjects.ConsumerNameLane(toolName, prio, lane) {
 		return fmt.Errorf("consumer %q is not the consumer of %s", adv.Consumer, toolName)
 	}
 	cons, err := w.js.Consumer(ctx, adv.Stream, adv.Consumer)

@@ -115,38 +115,45 @@ func TestAttemptTimeout(t *testing.T) {
 	require.Equal(t, 2, ev.Data.Attempt)
 }
 
+// TestMaxDeliveriesAdvisoryMovesLostJobToDLQ, with session lanes folded
+// and apart (then the advisory names the job's lane's consumer).
 func TestMaxDeliveriesAdvisoryMovesLostJobToDLQ(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	// C hears advisories for every tool; it does not run "fragile".
-	b.startWorker(t, &worker.Config{Name: "C"}, nil)
+	for _, lanes := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lanes=%v", lanes), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			// C hears advisories for every tool; it does not run "fragile".
+			b.startWorker(t, &worker.Config{Name: "C", SessionLanes: lanes}, nil)
 
-	started := make(chan struct{}, 1)
-	release := make(chan struct{})
-	ncA := b.srv.Connect(t)
-	wa, err := worker.New(ncA, &worker.Config{Name: "A", Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, wa.Register("fragile", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
-		started <- struct{}{}
-		<-release
-		return nil, nil
-	}), &worker.ToolConfig{AckWait: 300 * time.Millisecond, Retry: worker.RetryPolicy{MaxAttempts: 1}}))
-	require.NoError(t, wa.Start(testutil.Context(t, 10*time.Second)))
-	job := b.submit(t, "fragile", `{"n":7}`, nil)
-	<-started
-	ncA.Close() // dies during its last (only) attempt
-	close(release)
+			started := make(chan struct{}, 1)
+			release := make(chan struct{})
+			ncA := b.srv.Connect(t)
+			wa, err := worker.New(ncA, &worker.Config{Name: "A", Logger: quiet, SessionLanes: lanes})
+			require.NoError(t, err)
+			require.NoError(t, wa.Register("fragile", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
+				started <- struct{}{}
+				<-release
+				return nil, nil
+			}), &worker.ToolConfig{AckWait: 300 * time.Millisecond, Retry: worker.RetryPolicy{MaxAttempts: 1}}))
+			require.NoError(t, wa.Start(testutil.Context(t, 10*time.Second)))
+			job := b.submit(t, "fragile", `{"n":7}`, &producer.SubmitOpts{Session: quietSession}) // lane 1
+			<-started
+			ncA.Close() // dies during its last (only) attempt
+			close(release)
 
-	ev := b.await(t, job)
-	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
-	require.Equal(t, contracts.CodeInternalError, ev.Data.Error.Code)
-	require.Contains(t, ev.Data.Error.Message, "attempts exhausted")
-	dl := readDLQ(t, b, "fragile")
-	require.Equal(t, job.ID, dl.JobID)
-	requireQueueEmpty(t, b)
-	stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	require.NoError(t, wa.Stop(stopCtx))
+			ev := b.await(t, job)
+			require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+			require.Equal(t, contracts.CodeInternalError, ev.Data.Error.Code)
+			require.Contains(t, ev.Data.Error.Message, "attempts exhausted")
+			dl := readDLQ(t, b, "fragile")
+			require.Equal(t, job.ID, dl.JobID)
+			requireQueueEmpty(t, b)
+			stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			require.NoError(t, wa.Stop(stopCtx))
+		})
+	}
 }
 
 func TestTwoWorkersStartAtOnce(t *testing.T) {

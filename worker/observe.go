@@ -145,7 +145,9 @@ func (w *Worker) lags(streams map[string]jetstream.Stream) []ConsumerLag {
 	byConsumer := make(map[string]string, len(w.tools))
 	for name := range w.tools {
 		for _, p := range contracts.Priorities {
-			byConsumer[w.cfg.Subjects.ConsumerNameAt(name, p)] = name
+			for lane := range contracts.SessionLanes {
+				byConsumer[w.cfg.Subjects.ConsumerNameLane(name, p, lane)] = name
+			}
 		}
 	}
 	tenants := []string{""}
@@ -180,7 +182,7 @@ func (w *Worker) streamLags(ctx context.Context, streams map[string]jetstream.St
 		}
 		streams[tenant] = s
 	}
-	// One figure a tool: the sum over its levels' consumers.
+	// One figure a tool: the sum over its levels' (and lanes') consumers.
 	at := map[string]int{}
 	l := s.ListConsumers(ctx)
 	for info := range l.Info() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -94,23 +95,31 @@ func (w *Worker) sweepStream(name, tenant string) {
 		return
 	}
 	for subject := range info.State.Subjects {
-		tool, prio := w.cfg.Subjects.TenantJobOf(tenant, subject)
+		tool, prio, lane := w.cfg.Subjects.TenantJobLaneOf(tenant, subject)
 		limit := w.maxQueueTime(tool)
-		if tool == "" || limit == 0 || w.served(ctx, name, tool, prio, limit) {
+		if tool == "" || limit == 0 || w.served(ctx, name, tool, prio, lane, subject, limit) {
 			continue
 		}
 		w.sweepSubject(ctx, stream, tenant, tool, subject, limit)
 	}
 }
 
-// served reports whether a worker is on the consumer of tool's level prio:
-// it has pull requests waiting, jobs in flight, or delivered one within
-// limit (a loop that waits for a slot while other tenants' or levels' jobs
-// fill them has no request out, but is served). A consumer with none of
-// these, or none at all, has nobody taking its jobs. Answers it cannot
-// read count as served.
-func (w *Worker) served(ctx context.Context, stream, tool string, prio contracts.Priority, limit time.Duration) bool {
-	cons, err := w.js.Consumer(ctx, stream, w.cfg.Subjects.ConsumerNameAt(tool, prio))
+// served reports whether a worker is on the consumer of subject, tool's
+// level prio on lane: it has pull requests waiting, jobs in flight, or
+// delivered one within limit (a loop that waits for a slot while other
+// tenants' or levels' jobs fill them has no request out, but is served). A
+// consumer with none of these, or none at all, has nobody taking its jobs.
+// A lane's consumer is its own (lanes apart) or its level's, when that one
+// filters the lane (lanes folded; a NormalOnly tool's does not). Answers it
+// cannot read count as served.
+func (w *Worker) served(ctx context.Context, stream, tool string, prio contracts.Priority, lane int, subject string, limit time.Duration) bool {
+	cons, err := w.js.Consumer(ctx, stream, w.cfg.Subjects.ConsumerNameLane(tool, prio, lane))
+	if lane > 0 && errors.Is(err, jetstream.ErrConsumerNotFound) {
+		cons, err = w.js.Consumer(ctx, stream, w.cfg.Subjects.ConsumerNameAt(tool, prio))
+		if err == nil && !slices.Contains(cons.CachedInfo().Config.FilterSubjects, subject) {
+			return false
+		}
+	}
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return false
 	}

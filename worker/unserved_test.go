@@ -77,9 +77,10 @@ func TestUnservedJobsEndAfterMaxQueueTime(t *testing.T) {
 	// A tool without a limit keeps its job queued, with no event.
 	st, err := b.js.Stream(ctx, contracts.Subjects{}.JobsStream())
 	require.NoError(t, err)
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(contracts.Subjects{}.Job("exempt")))
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(contracts.Subjects{}.SessionJob(exempt)))
 	require.NoError(t, err)
-	require.Equal(t, map[string]uint64{contracts.Subjects{}.Job("exempt"): 1}, info.State.Subjects)
+	// On its session's lane (contracts.SessionJob): nobody serves the tool.
+	require.Equal(t, map[string]uint64{contracts.Subjects{}.SessionJob(exempt): 1}, info.State.Subjects)
 	for _, ev := range b.allEvents(t, exempt.Session) {
 		require.NotEqual(t, exempt.ID, ev.Data.JobID, "the exempt job has no event")
 	}

@@ -239,12 +239,20 @@ func failedError(res *sandbox.Result) *contracts.Error {
 }
 
 // submitJob enqueues a job of a run (a nested call, a resume trigger) on
-// the run's tenant's subject, so it lands in that tenant's jobs stream:
+// the run's tenant's subject (at the job's level, on its session's lane), so it lands in that tenant's jobs stream:
 // deduplicated there, counted against its quota, its events in its
 // subspace. A duplicate (submitted before a crash) is not an error.
 func (c *CodeMode) submitJob(ctx context.Context, tenant string, job *contracts.Job, traceparent string) error {
 	if tenant == "" {
-		if err := c.prod.SubmitJob(ctx, job, traceparent); err != nil && !errors.Is(err, producer.ErrDuplicate) {
+		err := c.prod.SubmitJob(ctx, job, traceparent)
+		if errors.Is(err, producer.ErrToolNotServed) && job.Priority != "" && job.Priority != contracts.PriorityNormal {
+			// A tool served at normal only (NormalOnly): the call goes at
+			// normal rather than nowhere.
+			lvl := *job
+			lvl.Priority = ""
+			err = c.prod.SubmitJob(ctx, &lvl, traceparent)
+		}
+		if err != nil && !errors.Is(err, producer.ErrDuplicate) {
 			return err
 		}
 		return nil
@@ -256,7 +264,8 @@ func (c *CodeMode) submitJob(ctx context.Context, tenant string, job *contracts.
 	if err != nil {
 		return err
 	}
-	msg := &nats.Msg{Subject: c.cfg.Subjects.TenantJob(tenant, job.Tool), Data: data}
+	// The level and the session's lane, as a producer would choose them.
+	msg := &nats.Msg{Subject: c.cfg.Subjects.TenantSessionJob(tenant, job), Data: data}
 	if traceparent != "" {
 		msg.Header = nats.Header{bus.HeaderTraceParent: []string{traceparent}}
 	}

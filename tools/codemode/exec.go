@@ -134,7 +134,7 @@ func (c *CodeMode) handleExec(ctx context.Context, job *contracts.Job) (json.Raw
 	}
 	now := time.Now()
 	rec := &record{
-		RunID: runID, Session: job.Session, Tenant: job.Tenant, ExecJob: job.ID, Status: runWaiting, Reason: res.Reason,
+		RunID: runID, Session: job.Session, Tenant: job.Tenant, Priority: runPriority(job.Priority), ExecJob: job.ID, Status: runWaiting, Reason: res.Reason,
 		AutoResume: in.AutoResume, RestartSafe: in.RestartSafe, Limits: limits,
 		TTLSeconds: int64(ttl / time.Second), Waits: 1, SuspendedAt: now, ExpiresAt: now.Add(ttl),
 		TraceParent: worker.TraceParent(ctx), Catalog: rc.refs,
@@ -271,6 +271,14 @@ func clientTokens(res *sandbox.Result, rec *record) {
 	}
 }
 
+// runPriority is the level a run keeps: its exec job's, "" for normal.
+func runPriority(p contracts.Priority) contracts.Priority {
+	if p == contracts.PriorityNormal {
+		return ""
+	}
+	return p
+}
+
 // submitPending enqueues the nested jobs of pending calls not yet
 // submitted, then records that they are. Job ids are deterministic, so a
 // repeat after a crash does not enqueue twice.
@@ -292,6 +300,9 @@ func (c *CodeMode) submitPending(ctx context.Context, rec *record, rev uint64) (
 		nj := &contracts.Job{
 			ID: p.JobID, Tool: ref.Tool, Session: rec.Session, Input: p.Input, CreatedAt: time.Now().UTC(),
 			Parent: &contracts.Parent{RunID: rec.RunID, CallID: p.CallID, Tool: contracts.ToolCodeModeResult, Token: p.Token},
+		}
+		if !contracts.Guarded(ref.Tool) {
+			nj.Priority = rec.Priority // a guarded tool has its normal subject only
 		}
 		// A duplicate is this call submitted before a crash: it stands.
 		if err := c.submitJob(ctx, rec.Tenant, nj, callTrace(ctx, rec)); err != nil {

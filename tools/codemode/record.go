@@ -35,6 +35,9 @@ type record struct {
 	// Tenant is the tenant of the exec job's subject ("" for the default
 	// one), never of a body. load sets it from the key it read.
 	Tenant string `json:"tenant,omitempty"`
+	// Priority is the level of the exec job's subject (never of a body);
+	// the run's nested calls go at it. Empty for normal.
+	Priority contracts.Priority `json:"priority,omitempty"`
 	// ExecJob is the code_mode.exec job (its id is the run id).
 	ExecJob string `json:"execJob"`
 	Status  string `json:"status"`

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -20,7 +21,7 @@ import (
 )
 
 // Scenarios are the flow-control measurements of `toolq bench --scenario`.
-var Scenarios = []string{"fairness", "priority", "concurrency", "ratelimit"}
+var Scenarios = []string{"fairness", "sessions", "priority", "concurrency", "ratelimit"}
 
 // FlowConfig sizes the flow-control scenarios.
 type FlowConfig struct {
@@ -63,6 +64,12 @@ type flowRig struct {
 }
 
 func startFlowRig(ctx context.Context, cfg FlowConfig, tenants ...string) (*flowRig, func(), error) {
+	return startFlowRigLanes(ctx, cfg, false, tenants...)
+}
+
+// startFlowRigLanes is startFlowRig with the worker's session lanes apart
+// (lanes) or folded.
+func startFlowRigLanes(ctx context.Context, cfg FlowConfig, lanes bool, tenants ...string) (*flowRig, func(), error) {
 	srv, stopSrv, err := tempServer("flow")
 	if err != nil {
 		return nil, nil, err
@@ -85,7 +92,7 @@ func startFlowRig(ctx context.Context, cfg FlowConfig, tenants ...string) (*flow
 		cleanup()
 		return nil, nil, err
 	}
-	w, err := worker.New(nc, &worker.Config{Name: "bench-flow", Logger: slog.New(slog.DiscardHandler), Tenants: len(tenants) > 0})
+	w, err := worker.New(nc, &worker.Config{Name: "bench-flow", Logger: slog.New(slog.DiscardHandler), Tenants: len(tenants) > 0, SessionLanes: lanes})
 	if err != nil {
 		cleanup()
 		return nil, nil, err
@@ -131,7 +138,7 @@ func startFlowRig(ctx context.Context, cfg FlowConfig, tenants ...string) (*flow
 // publish queues n jobs of flowTool on subject with ids prefix<i>, and
 // returns when each was acknowledged; sent gets the time of each publish.
 func (r *flowRig) publish(ctx context.Context, subject, prefix string, n, ms int, sent map[string]time.Time) error {
-	const window = 4096
+	const window = 4000 // below jetstream's default PublishAsyncMaxPending (4000), so a publish never stalls
 	pending := make([]jetstream.PubAckFuture, 0, window)
 	drain := func(keep int) error {
 		for len(pending) > keep {
@@ -221,6 +228,8 @@ func RunScenario(ctx context.Context, name string, cfg FlowConfig) ([]Figure, er
 	switch name {
 	case "fairness":
 		return fairness(ctx, cfg)
+	case "sessions":
+		return sessions(ctx, cfg)
 	case "priority":
 		return priority(ctx, cfg)
 	case "concurrency":
@@ -285,6 +294,67 @@ func fairness(ctx context.Context, cfg FlowConfig) ([]Figure, error) {
 		if err != nil {
 			return nil, err
 		}
+	}
+	cfg.phase("done")
+	return figs, nil
+}
+
+// Two sessions of one tenant on different lanes (contracts.LaneOf: "a" is
+// on lane 0, "b" on lane 1).
+const busySession, quietSession = "a", "b"
+
+// sessions is fairness between two sessions of the default tenant: the busy
+// one queues the backlog on its lane, the quiet one submits one job every
+// 5 ms on its own while it drains, each on the subject a producer chooses
+// for its session. First with the worker's lanes apart, then folded (one
+// consumer: the quiet session waits behind the backlog). The quiet session
+// is one whose lane differs from the busy one's; a session that hashes to
+// the busy one's lane (one in SessionLanes) waits as with lanes off.
+func sessions(ctx context.Context, cfg FlowConfig) ([]Figure, error) {
+	s := contracts.Subjects{}
+	var figs []Figure
+	for _, lanes := range []bool{true, false} {
+		label := "session_fairness"
+		if !lanes {
+			label = "session_fairness_off"
+		}
+		figs2, err := func() ([]Figure, error) {
+			r, cleanup, err := startFlowRigLanes(ctx, cfg, lanes)
+			if err != nil {
+				return nil, err
+			}
+			defer cleanup()
+			cfg.phase("%s: session %s queues %d jobs", label, busySession, cfg.Backlog)
+			busy := s.SessionJob(&contracts.Job{Tool: flowTool, Session: busySession})
+			if err := r.publish(ctx, busy, label+"-n", cfg.Backlog, 0, nil); err != nil {
+				return nil, err
+			}
+			cfg.phase("%s: session %s submits %d jobs, one every 5 ms", label, quietSession, cfg.Probes)
+			quiet := s.SessionJob(&contracts.Job{Tool: flowTool, Session: quietSession})
+			sent := map[string]time.Time{}
+			for i := range cfg.Probes {
+				one := map[string]time.Time{}
+				if err := r.publish(ctx, quiet, fmt.Sprintf("%s-q%d-", label, i), 1, 0, one); err != nil {
+					return nil, err
+				}
+				maps.Copy(sent, one)
+				time.Sleep(5 * time.Millisecond)
+			}
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+			defer cancel()
+			delays, err := r.waitStarted(wctx, sent)
+			if err != nil {
+				return nil, err
+			}
+			return []Figure{
+				{label + "_quiet_p50_ms", ms(pct(delays, 50)), "ms"},
+				{label + "_quiet_p99_ms", ms(pct(delays, 99)), "ms"},
+			}, nil
+		}()
+		if err != nil {
+			return nil, err
+		}
+		figs = append(figs, figs2...)
 	}
 	cfg.phase("done")
 	return figs, nil

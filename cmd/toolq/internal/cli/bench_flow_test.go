@@ -14,6 +14,7 @@ func TestBenchScenarios(t *testing.T) {
 	t.Parallel()
 	for scenario, names := range map[string][]string{
 		"fairness":    {"fairness_quiet_p50_ms", "fairness_quiet_p99_ms", "fairness_off_quiet_p50_ms", "fairness_off_quiet_p99_ms"},
+		"sessions":    {"session_fairness_quiet_p50_ms", "session_fairness_quiet_p99_ms", "session_fairness_off_quiet_p50_ms", "session_fairness_off_quiet_p99_ms"},
 		"priority":    {"priority_high_start_ms", "priority_off_start_ms"},
 		"concurrency": {"concurrency_limit", "concurrency_max_observed", "concurrency_throughput"},
 		"ratelimit":   {"ratelimit_configured", "ratelimit_observed"},
@@ -35,7 +36,7 @@ func TestBenchScenarios(t *testing.T) {
 	}
 	code, _, errOut := run(t, "bench", "--scenario", "chaos")
 	require.Equal(t, 2, code, errOut)
-	require.Contains(t, errOut, `--scenario "chaos": want one of [fairness priority concurrency ratelimit]`)
+	require.Contains(t, errOut, `--scenario "chaos": want one of [fairness sessions priority concurrency ratelimit]`)
 }
 
 // `bench --soak` runs rounds for the given time and prints the slopes of

@@ -48,6 +48,7 @@ type workerFlags struct {
 	codeModeExec    bool
 	builtins        bool
 	tenants         bool
+	sessionLanes    bool
 	tenantQueue     int64
 	tenantSuspended int
 	maxQueueTime    time.Duration
@@ -90,6 +91,8 @@ func (f *workerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.builtins, "builtins", false, "also run the diagnostic tools noop and sleep (always on in dev)")
 	cmd.Flags().BoolVar(&f.tenants, "tenants", os.Getenv("TOOLQ_TENANTS") != "",
 		"also serve the registered tenants (toolq tenant register) of a server like deploy/nats/tenants.conf (env TOOLQ_TENANTS)")
+	cmd.Flags().BoolVar(&f.sessionLanes, "session-lanes", os.Getenv("TOOLQ_SESSION_LANES") != "",
+		"keep sessions' lanes apart: a consumer a tool, level and lane, so one session's backlog delays only the sessions of its lane (4 times the consumers; every worker of a deployment alike; env TOOLQ_SESSION_LANES)")
 	cmd.Flags().Int64Var(&f.tenantQueue, "tenant-queue-limit", 0, "queued jobs a tenant may have over all tools, unless registered with its own --queue-limit (default 10000)")
 	cmd.Flags().IntVar(&f.tenantSuspended, "tenant-suspended-limit", 0, "code-mode runs a named tenant may have waiting at once, over all its sessions (default 1000)")
 	cmd.Flags().DurationVar(&f.catalogTTL, "catalog-ttl", 0, "how long this worker's catalog entries outlive it; written again every third of it (default 1m30s, at least 1s; negative: entries never expire)")
@@ -128,7 +131,7 @@ func newNode(ctx context.Context, g *globals, nc *nats.Conn, f *workerFlags) (*n
 		Name: f.name, Subjects: g.subjects(), Replicas: f.replicas, StopTimeout: f.stopTimeout,
 		Logger: g.log, Tool: worker.ToolConfig{Concurrency: f.concurrency, AckWait: f.ackWait},
 		Builtins: f.builtins, Tenants: f.tenants, TenantQueueLimit: f.tenantQueue, MaxQueueTime: f.maxQueueTime,
-		CatalogTTL: f.catalogTTL, ConcurrencyLeaseTTL: f.concLeaseTTL,
+		CatalogTTL: f.catalogTTL, ConcurrencyLeaseTTL: f.concLeaseTTL, SessionLanes: f.sessionLanes,
 	}
 	if f.obs != nil {
 		wcfg.Observer = f.obs.Worker()

@@ -107,13 +107,8 @@ func Queues(ctx context.Context, st jetstream.Stream, s contracts.Subjects, js J
 	consumers := map[string]*jetstream.ConsumerInfo{}
 	list := st.ListConsumers(ctx)
 	for ci := range list.Info() {
-		name, ok := strings.CutPrefix(ci.Name, "worker_")
-		if !ok {
-			continue
-		}
-		name, level, leveled := strings.Cut(name, "~") // worker_<tool>~high: a priority level's
-		tool := strings.ReplaceAll(name, ":", ".")
-		if !contracts.ValidTool(tool) || (leveled && level != string(contracts.PriorityHigh) && level != string(contracts.PriorityLow)) {
+		tool, marks, ok := cutConsumer(ci.Name)
+		if !ok || !contracts.ValidTool(tool) || !workerMarks(marks) {
 			continue
 		}
 		consumers[ci.Name] = ci
@@ -203,13 +198,68 @@ func WalkQueue(ctx context.Context, sq *StreamQueues, s contracts.Subjects, tool
 	return n, nil
 }
 
+// cutConsumer splits a worker's consumer name, worker_<tool>~high~s1, into
+// its tool and the marks of its level and lane; ok is false for a name
+// that is not a worker's.
+func cutConsumer(name string) (tool, marks string, ok bool) {
+	rest, ok := strings.CutPrefix(name, "worker_")
+	if !ok {
+		return "", "", false
+	}
+	rest, marks, _ = strings.Cut(rest, "~")
+	return strings.ReplaceAll(rest, ":", "."), marks, true
+}
+
+// workerMarks reports whether marks is what follows a tool in a worker's
+// consumer name (contracts.Subjects.ConsumerNameLane): nothing, a level
+// (high, low), a lane (s1..s3), or a level and a lane.
+func workerMarks(marks string) bool {
+	if marks == "" {
+		return true
+	}
+	level, lane, both := strings.Cut(marks, "~")
+	isLevel := level == string(contracts.PriorityHigh) || level == string(contracts.PriorityLow)
+	isLane := func(m string) bool {
+		return len(m) == 2 && m[0] == 's' && m[1] >= '1' && int(m[1]-'0') < contracts.SessionLanes
+	}
+	if both {
+		return isLevel && isLane(lane)
+	}
+	return isLevel || isLane(level)
+}
+
 // walkLevel reads up to limit job messages of tool at level prio in one
-// stream, oldest first, by direct reads of the stream by sequence: nothing
-// is consumed or acknowledged, and no consumer is made (a work-queue
-// stream refuses a second consumer whose filter overlaps the worker's).
+// stream, each session lane in turn, oldest first in each.
 func walkLevel(ctx context.Context, sq *StreamQueues, s contracts.Subjects, tool string, prio contracts.Priority, limit int, fn func(QueuedJob) error) (int, error) {
-	subject := s.TenantJobAt(sq.JS.Tenant, tool, prio)
-	ci := sq.Consumers[s.ConsumerNameAt(tool, prio)]
+	n := 0
+	for lane := range contracts.SessionLanes {
+		left := 0
+		if limit > 0 {
+			if left = limit - n; left <= 0 {
+				break
+			}
+		}
+		got, err := walkLane(ctx, sq, s, tool, prio, lane, left, fn)
+		n += got
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// walkLane reads up to limit job messages of tool at level prio on lane in
+// one stream, oldest first, by direct reads of the stream by sequence:
+// nothing is consumed or acknowledged, and no consumer is made (a
+// work-queue stream refuses a second consumer whose filter overlaps the
+// worker's). A job counts as delivered by its lane's consumer, or its
+// level's when the lanes are folded.
+func walkLane(ctx context.Context, sq *StreamQueues, s contracts.Subjects, tool string, prio contracts.Priority, lane, limit int, fn func(QueuedJob) error) (int, error) {
+	subject := s.TenantJobLane(sq.JS.Tenant, tool, prio, lane)
+	ci := sq.Consumers[s.ConsumerNameLane(tool, prio, lane)]
+	if ci == nil {
+		ci = sq.Consumers[s.ConsumerNameAt(tool, prio)]
+	}
 	level := ""
 	if prio != contracts.PriorityNormal {
 		level = string(prio)
