@@ -306,7 +306,7 @@ type record struct {
 	flags     trace.TraceFlags
 	parent    trace.SpanID // zero for a trace's root
 	pflags    trace.TraceFlags
-	remote    bool         // the parent came in a message
+	remote    bool // the parent came in a message
 	consumer  bool
 	start     int64 // Unix ns
 	end       int64
@@ -378,8 +378,8 @@ func (t *Tracer) release(r *record) {
 func newTraceID() trace.TraceID {
 	var id trace.TraceID
 	for !id.IsValid() {
-		binary.BigEndian.PutUint64(id[:8], rand.Uint64())  //nolint:gosec // G404: ids, not secrets
-		binary.BigEndian.PutUint64(id[8:], rand.Uint64())  //nolint:gosec // G404: ids, not secrets
+		binary.BigEndian.PutUint64(id[:8], rand.Uint64()) //nolint:gosec // G404: ids, not secrets
+		binary.BigEndian.PutUint64(id[8:], rand.Uint64()) //nolint:gosec // G404: ids, not secrets
 	}
 	return id
 }
@@ -431,9 +431,24 @@ func (s *span) SetAttrs(a ...slog.Attr) {
 }
 
 func (s *span) End(outcome string, code contracts.ErrorCode) {
-	r := s.rec
+	r := s.finish(outcome, code)
 	if r == nil {
 		return
+	}
+	if s.t.proc != nil {
+		s.t.proc.OnEnd(s.t.snapshot(r))
+		s.t.release(r)
+		return
+	}
+	s.t.batch.add(r)
+}
+
+// finish ends the span's record, nil when it has none (not sampled, or
+// ended before).
+func (s *span) finish(outcome string, code contracts.ErrorCode) *record {
+	r := s.rec
+	if r == nil {
+		return nil
 	}
 	s.rec = nil
 	r.end = time.Now().UnixNano()
@@ -444,12 +459,7 @@ func (s *span) End(outcome string, code contracts.ErrorCode) {
 		r.attrs = append(r.attrs, slog.String(AttrErrorCode, string(code)))
 		r.errorCode = string(code)
 	}
-	if s.t.proc != nil {
-		s.t.proc.OnEnd(s.t.snapshot(r))
-		s.t.release(r)
-		return
-	}
-	s.t.batch.add(r)
+	return r
 }
 
 func appendAttrs(out []attribute.KeyValue, in []slog.Attr) []attribute.KeyValue {
