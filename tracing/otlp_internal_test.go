@@ -29,10 +29,10 @@ func testRecords(t *testing.T, tr *Tracer) []*record {
 	now := time.Now()
 	var recs []*record
 	for _, s := range []struct {
-		start  worker.SpanStart
-		set    []slog.Attr
-		out    string
-		code   string
+		start worker.SpanStart
+		set   []slog.Attr
+		out   string
+		code  string
 	}{
 		{start: worker.SpanStart{Name: "toolq.job noop", Parent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Start: now, Consumer: true, Attrs: []slog.Attr{
 			slog.String(worker.AttrTool, "noop"), slog.Int(worker.AttrAttempt, 2), slog.Float64(worker.AttrQueueWait, 0.4),
