@@ -4,6 +4,13 @@
 // collector. It is the only package besides cmd that imports OpenTelemetry;
 // the worker and the tool packs name no tracing library.
 //
+// A job's span is on the hot path of every delivery, so it is not an SDK
+// span: it is its ids and, when its trace is sampled, a pooled record,
+// batched and written as OTLP/HTTP protobuf by this package (the SDK's
+// exporter sends gRPC, and OTLP/HTTP with the exporter settings the
+// writer does not take). The writer's output is tested against the SDK
+// exporter's for the same spans.
+//
 // Tracing is off unless an endpoint is given (Config.Endpoint, or the
 // standard OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
 // variables): a worker without a Tracer starts no span at all.
