@@ -42,14 +42,16 @@ type batcher struct {
 	out     []*record // the batch being exported; the goroutine's own
 }
 
-func newBatcher(s sink, release func(*record), log *slog.Logger) *batcher {
+// newBatcher starts the batcher's goroutine; ctx (not cancelled) is the
+// base of each export's own timeout.
+func newBatcher(ctx context.Context, s sink, release func(*record), log *slog.Logger) *batcher {
 	b := &batcher{
 		sink: s, release: release, log: log,
 		queue: make([]*record, 0, maxQueue), out: make([]*record, 0, maxBatch),
 		kick: make(chan struct{}, 1), flushes: make(chan chan error),
 		quit: make(chan struct{}), done: make(chan struct{}),
 	}
-	go b.run() // ended by shutdown, which waits for done
+	go b.run(ctx) // ended by shutdown, which waits for done
 	return b
 }
 
@@ -72,20 +74,20 @@ func (b *batcher) add(r *record) {
 	}
 }
 
-func (b *batcher) run() {
+func (b *batcher) run(ctx context.Context) {
 	defer close(b.done)
 	tick := time.NewTicker(exportEvery)
 	defer tick.Stop()
 	for {
 		select {
 		case <-b.kick:
-			_ = b.export(false)
+			_ = b.export(ctx, false)
 		case <-tick.C:
-			_ = b.export(true)
+			_ = b.export(ctx, true)
 		case reply := <-b.flushes:
-			reply <- b.export(true)
+			reply <- b.export(ctx, true)
 		case <-b.quit:
-			_ = b.export(true)
+			_ = b.export(ctx, true)
 			return
 		}
 	}
@@ -93,7 +95,7 @@ func (b *batcher) run() {
 
 // export sends the queue in batches: all of it, or (all false) its full
 // batches only.
-func (b *batcher) export(all bool) error {
+func (b *batcher) export(ctx context.Context, all bool) error {
 	var errs error
 	for {
 		b.mu.Lock()
@@ -112,8 +114,8 @@ func (b *batcher) export(all bool) error {
 		if dropped > 0 {
 			b.log.Warn("tracing: export queue full; spans dropped", slog.Int("spans", dropped))
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), exportTimeout)
-		err := b.sink.export(ctx, b.out)
+		ectx, cancel := context.WithTimeout(ctx, exportTimeout)
+		err := b.sink.export(ectx, b.out)
 		cancel()
 		for i, r := range b.out {
 			b.release(r)

@@ -165,10 +165,10 @@ func (s *httpSink) request(b []byte, recs []*record) []byte {
 		rs += 1 + protowire.SizeBytes(len(s.schema))
 	}
 	b = protowire.AppendTag(b, 1, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(rs))
+	b = appendLen(b, rs)
 	b = append(b, s.head...)
 	b = protowire.AppendTag(b, 2, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(scopeSpans))
+	b = appendLen(b, scopeSpans)
 	b = append(b, s.scope...)
 	b = append(b, s.spans...)
 	if s.schema != "" {
@@ -193,7 +193,7 @@ const (
 func appendSpan(b []byte, r *record) []byte {
 	n := spanSize(r)
 	b = protowire.AppendTag(b, spanFieldInScope, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(n))
+	b = appendLen(b, n)
 	b = appendID(b, 1, r.tid[:])
 	b = appendID(b, 2, r.sid[:])
 	if r.parent.IsValid() {
@@ -215,13 +215,13 @@ func appendSpan(b []byte, r *record) []byte {
 	for _, l := range r.links {
 		tid, sid := l.TraceID(), l.SpanID()
 		b = protowire.AppendTag(b, 13, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(linkSize))
+		b = appendLen(b, linkSize)
 		b = appendID(b, 1, tid[:])
 		b = appendID(b, 2, sid[:])
 		b = protowire.AppendFixed32(protowire.AppendTag(b, 6, protowire.Fixed32Type), uint32(l.TraceFlags())|flagHasIsRemote|flagIsRemote)
 	}
 	b = protowire.AppendTag(b, 15, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(statusSize(r)))
+	b = appendLen(b, statusSize(r))
 	if r.errorCode != "" {
 		b = protowire.AppendString(protowire.AppendTag(b, 2, protowire.BytesType), r.errorCode)
 		b = protowire.AppendVarint(protowire.AppendTag(b, 3, protowire.VarintType), statusError)
@@ -257,6 +257,11 @@ func spanSize(r *record) int {
 	n += len(r.links) * (1 + protowire.SizeBytes(linkSize))
 	n += 1 + protowire.SizeBytes(statusSize(r))
 	return n + 2 + 4 // flags
+}
+
+// appendLen appends a length prefix.
+func appendLen(b []byte, n int) []byte {
+	return protowire.AppendVarint(b, uint64(n)) //nolint:gosec // G115: a length, not negative
 }
 
 func appendID(b []byte, field protowire.Number, id []byte) []byte {
@@ -303,7 +308,7 @@ func valueOf(v attribute.Value) value {
 	case attribute.FLOAT64:
 		return slogValue(slog.Float64Value(v.AsFloat64()))
 	}
-	return value{kind: slog.KindString, s: v.Emit()}
+	return value{kind: slog.KindString, s: v.String()}
 }
 
 func anyValueSize(v value) int {
@@ -325,10 +330,10 @@ func keyValueSize(key string, v value) int {
 // appendKeyValue appends a KeyValue as field.
 func appendKeyValue(b []byte, field protowire.Number, key string, v value) []byte {
 	b = protowire.AppendTag(b, field, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(keyValueSize(key, v)))
+	b = appendLen(b, keyValueSize(key, v))
 	b = protowire.AppendString(protowire.AppendTag(b, 1, protowire.BytesType), key)
 	b = protowire.AppendTag(b, 2, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(anyValueSize(v)))
+	b = appendLen(b, anyValueSize(v))
 	switch v.kind {
 	case slog.KindBool:
 		return protowire.AppendVarint(protowire.AppendTag(b, 2, protowire.VarintType), v.n)

@@ -123,7 +123,7 @@ func TestBatcherDropsPastTheQueueAndFlushesTheRest(t *testing.T) {
 	s := &blockSink{started: make(chan struct{}), release: make(chan struct{})}
 	var mu sync.Mutex
 	freed := 0
-	b := newBatcher(s, func(*record) { mu.Lock(); freed++; mu.Unlock() }, slog.New(slog.DiscardHandler))
+	b := newBatcher(context.Background(), s, func(*record) { mu.Lock(); freed++; mu.Unlock() }, slog.New(slog.DiscardHandler))
 	for range maxBatch {
 		b.add(&record{})
 	}

@@ -167,7 +167,7 @@ func New(ctx context.Context, cfg *Config) (*Tracer, error) {
 		if err != nil {
 			return nil, err
 		}
-		t.batch = newBatcher(exp, t.release, log)
+		t.batch = newBatcher(context.WithoutCancel(ctx), exp, t.release, log)
 	}
 	return t, nil
 }
