@@ -4,6 +4,13 @@
 // collector. It is the only package besides cmd that imports OpenTelemetry;
 // the worker and the tool packs name no tracing library.
 //
+// A job's span is on the hot path of every delivery, so it is not an SDK
+// span: it is its ids and, when its trace is sampled, a pooled record,
+// batched and written as OTLP/HTTP protobuf by this package (the SDK's
+// exporter sends gRPC, and OTLP/HTTP with the exporter settings the
+// writer does not take). The writer's output is tested against the SDK
+// exporter's for the same spans.
+//
 // Tracing is off unless an endpoint is given (Config.Endpoint, or the
 // standard OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
 // variables): a worker without a Tracer starts no span at all.
@@ -11,8 +18,10 @@ package tracing
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"strconv"
@@ -21,7 +30,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -69,9 +77,12 @@ type Config struct {
 	// ServiceName is the service.name resource attribute ("toolq" when
 	// empty; OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override).
 	ServiceName string
-	// Processor, when set, receives the spans instead of an OTLP exporter
-	// (tests: tracetest.SpanRecorder).
+	// Processor, when set, receives each sampled span as it ends (OnEnd,
+	// an SDK snapshot) instead of an OTLP exporter (tests:
+	// tracetest.SpanRecorder). OnStart is not called.
 	Processor sdktrace.SpanProcessor
+	// Logger logs failed exports (slog.Default when nil).
+	Logger *slog.Logger
 }
 
 // Enabled reports whether cfg turns tracing on: an endpoint, a processor,
@@ -85,17 +96,36 @@ func Enabled(cfg *Config) bool {
 		os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
 
-// Tracer is a worker.Tracer that records spans with the OpenTelemetry
-// SDK and exports them in batches.
+// Tracer is a worker.Tracer that records spans itself and exports them in
+// batches: over OTLP/HTTP with its own protobuf writer, or through the
+// OpenTelemetry SDK's exporter (gRPC, and the exporter settings the writer
+// does not take), or to Config.Processor.
 type Tracer struct {
-	tp     *sdktrace.TracerProvider
-	tracer trace.Tracer
+	bound   uint64 // TraceIDRatioBased's bound on a trace id's low 63 bits
+	always  bool   // ratio 1: every trace
+	proc    sdktrace.SpanProcessor
+	res     *resource.Resource
+	batch   *batcher // nil with proc
+	records sync.Pool
 }
 
 var (
 	_ worker.Tracer    = (*Tracer)(nil)
 	_ scheduler.Tracer = (*Tracer)(nil)
 )
+
+// Batching of the export: a queue of maxQueue spans (past it a span is
+// dropped, never waited for), sent in batches of at most maxBatch, at
+// least every exportEvery; each export may take exportTimeout.
+const (
+	maxQueue      = 2048
+	maxBatch      = 512
+	exportEvery   = 5 * time.Second
+	exportTimeout = 10 * time.Second
+)
+
+// scopeName is the instrumentation scope of every span.
+const scopeName = "github.com/toolq/toolq"
 
 // New makes a Tracer, or returns nil, nil when cfg does not turn tracing
 // on (Enabled): a nil *Tracer is no worker.Tracer, so check before setting
@@ -123,24 +153,23 @@ func New(ctx context.Context, cfg *Config) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tracing: resource: %w", err)
 	}
-	opts := []sdktrace.TracerProviderOption{
-		sdktrace.WithResource(res),
-		// By trace id, never by the parent's flag: the flag is the
-		// requester's to set, and the same ratio on the same id gives every
-		// worker the same answer for one trace.
-		sdktrace.WithSampler(sdktrace.TraceIDRatioBased(ratio)),
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
 	}
-	if cfg.Processor != nil {
-		opts = append(opts, sdktrace.WithSpanProcessor(cfg.Processor))
-	} else {
-		exp, err := newExporter(ctx, cfg)
+	// By trace id, never by the parent's flag: the flag is the requester's
+	// to set, and the same ratio on the same id gives every worker the
+	// same answer for one trace. The bound is the SDK's TraceIDRatioBased.
+	t := &Tracer{always: ratio >= 1, bound: uint64(ratio * (1 << 63)), res: res, proc: cfg.Processor}
+	t.records.New = func() any { return new(record) }
+	if t.proc == nil {
+		exp, err := newSink(ctx, cfg, res)
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, sdktrace.WithBatcher(exp))
+		t.batch = newBatcher(context.WithoutCancel(ctx), exp, t.release, log)
 	}
-	tp := sdktrace.NewTracerProvider(opts...)
-	return &Tracer{tp: tp, tracer: tp.Tracer("github.com/toolq/toolq")}, nil
+	return t, nil
 }
 
 // protocol is cfg's exporter protocol.
@@ -206,7 +235,10 @@ func (t *Tracer) Shutdown(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}
-	return t.tp.Shutdown(ctx)
+	if t.proc != nil {
+		return t.proc.Shutdown(ctx)
+	}
+	return t.batch.shutdown(ctx)
 }
 
 // ForceFlush exports the spans ended so far.
@@ -214,12 +246,11 @@ func (t *Tracer) ForceFlush(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}
-	return t.tp.ForceFlush(ctx)
+	if t.proc != nil {
+		return t.proc.ForceFlush(ctx)
+	}
+	return t.batch.flush(ctx)
 }
-
-// Provider is the OpenTelemetry tracer provider, for a command that also
-// traces its own work.
-func (t *Tracer) Provider() trace.TracerProvider { return t.tp }
 
 // parseTraceParent reads a W3C traceparent as propagation.TraceContext
 // does (the same parts, versions, flags and refusals; tracestate is not
@@ -273,99 +304,169 @@ func unhex(c byte) (byte, bool) {
 	return 0, false
 }
 
-// Start implements worker.Tracer.
-func (t *Tracer) Start(s worker.SpanStart) worker.Span {
-	ctx := context.Background()
-	if s.Parent != "" {
-		if sc, ok := parseTraceParent(s.Parent); ok {
-			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
-		}
-	}
-	opts := make([]trace.SpanStartOption, 0, 4)
-	if s.Consumer {
-		opts = append(opts, consumerKind)
-	}
-	if !s.Start.IsZero() {
-		opts = append(opts, trace.WithTimestamp(s.Start))
-	}
-	for _, l := range s.Links {
-		if sc, ok := parseTraceParent(l); ok {
-			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
-		}
-	}
-	var kv *[]attribute.KeyValue
-	if len(s.Attrs) > 0 {
-		// The SDK copies the attributes into the span: the slice goes back
-		// to the pool after Start.
-		kv = attrPool.Get().(*[]attribute.KeyValue)
-		*kv = appendAttrs((*kv)[:0], s.Attrs)
-		opts = append(opts, trace.WithAttributes(*kv...))
-	}
-	_, sp := t.tracer.Start(ctx, s.Name, opts...)
-	if kv != nil {
-		clear(*kv)
-		attrPool.Put(kv)
-	}
-	return &span{sp: sp}
+// record is what a sampled span carries to its export. Records are
+// pooled: one goes back to the pool once its batch is exported.
+type record struct {
+	name      string
+	tid       trace.TraceID
+	sid       trace.SpanID
+	flags     trace.TraceFlags
+	parent    trace.SpanID // zero for a trace's root
+	pflags    trace.TraceFlags
+	remote    bool // the parent came in a message
+	consumer  bool
+	start     int64 // Unix ns
+	end       int64
+	attrs     []slog.Attr
+	links     []trace.SpanContext
+	errorCode string // status error with this message when set
 }
 
-var (
-	consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
-	attrPool     = sync.Pool{New: func() any { kv := make([]attribute.KeyValue, 0, 12); return &kv }}
-)
+func (r *record) reset() {
+	clear(r.attrs)
+	clear(r.links)
+	*r = record{attrs: r.attrs[:0], links: r.links[:0]}
+}
 
+// Start implements worker.Tracer. A span is a few ids and, when its trace
+// is sampled, a pooled record; no OpenTelemetry span is made.
+func (t *Tracer) Start(s worker.SpanStart) worker.Span {
+	var (
+		parent trace.SpanContext
+		ok     bool
+	)
+	if s.Parent != "" {
+		parent, ok = parseTraceParent(s.Parent)
+	}
+	sp := &span{t: t, sid: newSpanID()}
+	if ok {
+		sp.tid = parent.TraceID()
+	} else {
+		sp.tid = newTraceID()
+	}
+	sp.flags = parent.TraceFlags() &^ trace.FlagsSampled
+	if !t.sampled(sp.tid) {
+		return sp
+	}
+	sp.flags |= trace.FlagsSampled
+	r := t.records.Get().(*record)
+	r.name, r.tid, r.sid, r.flags, r.consumer = s.Name, sp.tid, sp.sid, sp.flags, s.Consumer
+	if ok {
+		r.parent, r.pflags, r.remote = parent.SpanID(), parent.TraceFlags(), true
+	}
+	if s.Start.IsZero() {
+		r.start = time.Now().UnixNano()
+	} else {
+		r.start = s.Start.UnixNano()
+	}
+	r.attrs = append(r.attrs, s.Attrs...)
+	for _, l := range s.Links {
+		if sc, ok := parseTraceParent(l); ok {
+			r.links = append(r.links, sc)
+		}
+	}
+	sp.rec = r
+	return sp
+}
+
+// sampled is TraceIDRatioBased's decision for tid.
+func (t *Tracer) sampled(tid trace.TraceID) bool {
+	return t.always || binary.BigEndian.Uint64(tid[8:16])>>1 < t.bound
+}
+
+// release gives an exported record back to the pool.
+func (t *Tracer) release(r *record) {
+	r.reset()
+	t.records.Put(r)
+}
+
+// newTraceID and newSpanID are random, non-zero ids, from the runtime's
+// per-thread generator (no lock, unlike the SDK's).
+func newTraceID() trace.TraceID {
+	var id trace.TraceID
+	for !id.IsValid() {
+		binary.BigEndian.PutUint64(id[:8], rand.Uint64()) //nolint:gosec // G404: ids, not secrets
+		binary.BigEndian.PutUint64(id[8:], rand.Uint64()) //nolint:gosec // G404: ids, not secrets
+	}
+	return id
+}
+
+func newSpanID() trace.SpanID {
+	var id trace.SpanID
+	for !id.IsValid() {
+		binary.BigEndian.PutUint64(id[:], rand.Uint64()) //nolint:gosec // G404: ids, not secrets
+	}
+	return id
+}
+
+// span is a started span: its ids, immutable (TraceParent may be called
+// from any goroutine, also after End), and its record while it is open
+// and sampled.
 type span struct {
-	sp trace.Span
+	t     *Tracer
+	tid   trace.TraceID
+	sid   trace.SpanID
+	flags trace.TraceFlags
+	rec   *record // nil when not sampled, or ended
 }
 
 // TraceParent implements worker.Span: the span's context in W3C form, also
 // for a span not sampled (its flags say so, and what follows it is not
-// sampled either). The span context is immutable, so it is safe to call
-// from any goroutine.
+// sampled either).
 func (s *span) TraceParent() string {
-	sc := s.sp.SpanContext()
-	if !sc.IsValid() {
-		return ""
-	}
 	const hexdigits = "0123456789abcdef"
 	var b [55]byte
 	b[0], b[1], b[2] = '0', '0', '-'
-	tid, sid := sc.TraceID(), sc.SpanID()
-	for i, c := range tid {
+	for i, c := range s.tid {
 		b[3+2*i], b[4+2*i] = hexdigits[c>>4], hexdigits[c&0xf]
 	}
 	b[35] = '-'
-	for i, c := range sid {
+	for i, c := range s.sid {
 		b[36+2*i], b[37+2*i] = hexdigits[c>>4], hexdigits[c&0xf]
 	}
 	b[52], b[53], b[54] = '-', '0', '0'
-	if sc.IsSampled() {
+	if s.flags.IsSampled() {
 		b[54] = '1'
 	}
 	return string(b[:])
 }
 
 func (s *span) SetAttrs(a ...slog.Attr) {
-	if s.sp.IsRecording() {
-		s.sp.SetAttributes(attrs(a)...)
+	if s.rec != nil {
+		s.rec.attrs = append(s.rec.attrs, a...)
 	}
 }
 
 func (s *span) End(outcome string, code contracts.ErrorCode) {
-	if s.sp.IsRecording() {
-		switch {
-		case code != "":
-			s.sp.SetAttributes(attribute.String(AttrOutcome, outcome), attribute.String(AttrErrorCode, string(code)))
-			s.sp.SetStatus(codes.Error, string(code))
-		case outcome != "":
-			s.sp.SetAttributes(attribute.String(AttrOutcome, outcome))
-		}
+	r := s.finish(outcome, code)
+	if r == nil {
+		return
 	}
-	s.sp.End()
+	if s.t.proc != nil {
+		s.t.proc.OnEnd(s.t.snapshot(r))
+		s.t.release(r)
+		return
+	}
+	s.t.batch.add(r)
 }
 
-func attrs(in []slog.Attr) []attribute.KeyValue {
-	return appendAttrs(make([]attribute.KeyValue, 0, len(in)), in)
+// finish ends the span's record, nil when it has none (not sampled, or
+// ended before).
+func (s *span) finish(outcome string, code contracts.ErrorCode) *record {
+	r := s.rec
+	if r == nil {
+		return nil
+	}
+	s.rec = nil
+	r.end = time.Now().UnixNano()
+	if outcome != "" {
+		r.attrs = append(r.attrs, slog.String(AttrOutcome, outcome))
+	}
+	if code != "" {
+		r.attrs = append(r.attrs, slog.String(AttrErrorCode, string(code)))
+		r.errorCode = string(code)
+	}
+	return r
 }
 
 func appendAttrs(out []attribute.KeyValue, in []slog.Attr) []attribute.KeyValue {

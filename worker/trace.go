@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -102,7 +103,8 @@ type SpanStart struct {
 	// consumer kind); other spans are internal.
 	Consumer bool
 	// Attrs are the span's attributes: ids, tool, tenant, figures —
-	// never a job's input or a secret.
+	// never a job's input or a secret. Start copies what it keeps: the
+	// caller may reuse the slice once Start returns.
 	Attrs []slog.Attr
 }
 
@@ -148,10 +150,14 @@ func WithTraceParent(ctx context.Context, tp string) context.Context {
 	return withTraceParent(ctx, tp)
 }
 
+// spanAttrs holds the attribute slices of job spans: Start copies them.
+var spanAttrs = sync.Pool{New: func() any { a := make([]slog.Attr, 0, 8); return &a }}
+
 // startJobSpan starts the span of one delivery, taken at start; job is
 // the decoded job unless decoding or checking it failed (err).
 func (w *Worker) startJobSpan(t *tool, msg jetstream.Msg, attempt int, md *jetstream.MsgMetadata, start time.Time, job *contracts.Job, err error) Span {
-	attrs := make([]slog.Attr, 0, 8)
+	buf := spanAttrs.Get().(*[]slog.Attr)
+	attrs := (*buf)[:0]
 	attrs = append(attrs, slog.String(AttrTool, t.name), slog.Int(AttrAttempt, attempt),
 		slog.Float64(AttrQueueWait, float64(max(start.Sub(md.Timestamp), 0).Microseconds())/1000))
 	if err == nil {
@@ -165,5 +171,9 @@ func (w *Worker) startJobSpan(t *tool, msg jetstream.Msg, attempt int, md *jetst
 	} else if tenant, ok := w.cfg.Subjects.TenantOf(msg.Subject()); ok && tenant != "" {
 		attrs = append(attrs, slog.String(AttrTenant, tenant))
 	}
-	return w.cfg.Tracer.Start(SpanStart{Name: t.spanName, Parent: traceOf(msg), Start: start, Consumer: true, Attrs: attrs})
+	sp := w.cfg.Tracer.Start(SpanStart{Name: t.spanName, Parent: traceOf(msg), Start: start, Consumer: true, Attrs: attrs})
+	clear(attrs)
+	*buf = attrs[:0]
+	spanAttrs.Put(buf)
+	return sp
 }
