@@ -438,7 +438,7 @@ func startCluster(ctx context.Context, bin string, n int) (_ *cluster, err error
 			c.stop()
 		}
 	}()
-	ports, err := freePorts(2 * n)
+	ports, err := freePorts(ctx, 2*n)
 	if err != nil {
 		return nil, err
 	}
@@ -496,11 +496,11 @@ func waitListening(ctx context.Context, nd *node) error {
 	}
 }
 
-func freePorts(n int) ([]int, error) {
+func freePorts(ctx context.Context, n int) ([]int, error) {
 	ports := make([]int, n)
 	for i := range ports {
 		var lc net.ListenConfig
-		l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+		l, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, err
 		}
