@@ -27,3 +27,13 @@ func WaitingLevels(w *Worker, tool string) []contracts.Priority {
 func RateLimitOf(w *Worker, tenant, tool string) *contracts.RateLimit {
 	return w.rates.of(tenant, tool)
 }
+
+// NotedLastEvent reports whether w remembers the stream sequence of j's
+// last event (it notes it after the event is stored, so a requester can
+// see the event first).
+func NotedLastEvent(w *Worker, j *contracts.Job) bool {
+	w.lastEvents.mu.Lock()
+	defer w.lastEvents.mu.Unlock()
+	_, ok := w.lastEvents.by[lastEventKey(j)]
+	return ok
+}

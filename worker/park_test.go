@@ -76,8 +76,11 @@ func TestEmitAfterParkSkipsTheReadButNotTheCheck(t *testing.T) {
 	require.NoError(t, snc.Flush())
 
 	job := park()
-	reads.Store(0)
 	ref := &contracts.Job{ID: job.ID, Session: job.Session, Tool: job.Tool}
+	// The requester can see the parked event before the worker has noted
+	// its sequence (it notes it once the store answers).
+	require.Eventually(t, func() bool { return worker.NotedLastEvent(w, ref) }, 5*time.Second, time.Millisecond)
+	reads.Store(0)
 	require.NoError(t, w.Emit(ctx, ref, contracts.StatusCompleted, 1, nil, nil))
 	require.NoError(t, snc.Flush()) // the worker's requests were routed before its answers
 	require.Zero(t, reads.Load(), "the parking worker read the last event back")
