@@ -590,7 +590,7 @@ func TestRateLimitAcrossWorkers(t *testing.T) {
 	// 50 starts at 25/s take 49 intervals of 40 ms: 1.96 s at least (less
 	// a little for clocks and the CAS round trips).
 	require.GreaterOrEqual(t, got, 1900*time.Millisecond, "50 starts in %s: faster than 25/s", got)
-	require.Less(t, got, 6*time.Second, "50 starts in %s", got)
+	require.Less(t, got, 12*time.Second, "50 starts in %s: the limit held jobs back far past its rate", got)
 	require.Less(t, span("ACME"), 1500*time.Millisecond, "ACME's 50 jobs are not held to the default tenant's limit")
 	require.Len(t, acme, 50)
 	waited := 0
