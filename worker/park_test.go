@@ -131,3 +131,50 @@ func TestParkWithInvalidResultFailsPermanently(t *testing.T) {
 	require.Equal(t, 1, ev.Data.Attempt)
 	requireQueueEmpty(t, b)
 }
+
+// TestParkedJobHoldsNoConcurrencySlot: a job that parks (a code-mode run
+// suspended, an exec waiting for approval) ends its step, and with it its
+// lease of the concurrency key: with a limit of 1, a second job of the key
+// runs while the first is parked, and no lease is left once both ended.
+func TestParkedJobHoldsNoConcurrencySlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ran atomic.Int32
+	b.startWorker(t, nil, func(w *worker.Worker) {
+		require.NoError(t, w.Register("ask", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
+			return json.RawMessage(`{}`), worker.Park(contracts.StatusApprovalPending, 1)
+		}), nil))
+		require.NoError(t, w.Register("work", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
+			ran.Add(1)
+			return json.RawMessage(`{}`), nil
+		}), nil))
+	})
+	ctx := testutil.Context(t, 20*time.Second)
+	key := &contracts.ConcurrencyLimit{Key: "repo-a", Limit: 1}
+	parked := b.submit(t, "ask", `{}`, &producer.SubmitOpts{Concurrency: key})
+	ev, err := b.prod.Await(ctx, parked.Session, parked.ID, &producer.AwaitOpts{Parked: true})
+	require.NoError(t, err)
+	require.Equal(t, contracts.StatusApprovalPending, ev.Data.Status)
+
+	// The parked job holds no slot: the next job of the key runs now,
+	// without a throttled event.
+	next := b.submit(t, "work", `{}`, &producer.SubmitOpts{Concurrency: key})
+	ev, err = b.prod.Await(ctx, next.Session, next.ID, nil)
+	require.NoError(t, err)
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status)
+	require.Equal(t, int32(1), ran.Load())
+	for _, e := range b.allEvents(t, next.Session) {
+		if e.Data.JobID == next.ID {
+			require.NotEqual(t, contracts.StatusThrottled, e.Data.Status, "the parked job kept the key's only slot")
+		}
+	}
+	kv, err := b.js.KeyValue(ctx, contracts.Subjects{}.ConcurrencyBucket())
+	require.NoError(t, err)
+	keys, err := kv.ListKeys(ctx)
+	require.NoError(t, err)
+	var left []string
+	for k := range keys.Keys() {
+		left = append(left, k)
+	}
+	require.Empty(t, left, "leases left")
+}
