@@ -44,7 +44,8 @@ func TestAsynqRedisOutageWithDataCatchesUpOnce(t *testing.T) {
 	)
 	js := testutil.JetStream(t, nc)
 	cons, err := js.CreateOrUpdateConsumer(testutil.Context(t, 5*time.Second), contracts.Subjects{}.JobsStream(), jetstream.ConsumerConfig{
-		Durable: "outage", FilterSubject: contracts.Subjects{}.Job("outage.t"), AckPolicy: jetstream.AckExplicitPolicy,
+		// Every session lane's subject: a firing goes on its session's lane.
+		Durable: "outage", FilterSubjects: contracts.Subjects{}.TenantJobLanes("", "outage.t", contracts.PriorityNormal), AckPolicy: jetstream.AckExplicitPolicy,
 	})
 	require.NoError(t, err)
 	cc, err := cons.Consume(func(m jetstream.Msg) {

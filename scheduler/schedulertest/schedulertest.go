@@ -96,7 +96,7 @@ func setup(t *testing.T, d Driver) *bundle {
 	require.NoError(t, bus.Ensure(ctx, js, bc))
 	b := &bundle{d: d, natsSrv: srv, nc: nc, tool: "sched.t" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
 	b.backend = d.Backend(t)
-	b.jobs = collect(t, js, contracts.Subjects{}.Job(b.tool))
+	b.jobs = collect(t, js, contracts.Subjects{}.TenantJobLanes("", b.tool, contracts.PriorityNormal))
 	return b
 }
 
@@ -151,12 +151,14 @@ type collector struct {
 	notify chan struct{}
 }
 
-func collect(t *testing.T, js jetstream.JetStream, subject string) *collector {
+// collect consumes the jobs of subjects (every session lane of a tool: a
+// firing goes on its session's lane) as a worker of the tool would.
+func collect(t *testing.T, js jetstream.JetStream, subjects []string) *collector {
 	t.Helper()
 	c := &collector{notify: make(chan struct{}, 1)}
 	ctx := ctxT(t, 10*time.Second)
 	cons, err := js.CreateOrUpdateConsumer(ctx, contracts.Subjects{}.JobsStream(), jetstream.ConsumerConfig{
-		Durable: "suite", FilterSubject: subject, AckPolicy: jetstream.AckExplicitPolicy,
+		Durable: "suite", FilterSubjects: subjects, AckPolicy: jetstream.AckExplicitPolicy,
 	})
 	require.NoError(t, err)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
