@@ -30,14 +30,7 @@ func TestBenchScaleOut(t *testing.T) {
 	code, out, errOut := run(t, "--nats", srv.URL(), "bench", "--workers", "1,2", "--jobs", "600",
 		"--submitters", "4", "--concurrency", "16", "--latency-jobs", "20", "--latency-interval", "1ms")
 	require.Equal(t, 0, code, errOut)
-	figs := map[string]float64{}
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		fs := strings.Fields(line)
-		require.Len(t, fs, 3, line)
-		v, err := strconv.ParseFloat(fs[1], 64)
-		require.NoError(t, err, line)
-		figs[strings.TrimPrefix(fs[0], "bench.")] = v
-	}
+	figs := benchFigures(t, out)
 	for _, n := range []string{"1", "2"} {
 		for _, name := range []string{"e2e_throughput", "submit_rate", "e2e_latency_p50", "e2e_latency_p99"} {
 			require.Positive(t, figs[name+"_workers_"+n], "%s_workers_%s in %v", name, n, figs)
@@ -63,14 +56,7 @@ func TestBenchCluster(t *testing.T) { //nolint:paralleltest // starts three serv
 		"--submitters", "4", "--concurrency", "16", "--latency-jobs", "20", "--latency-interval", "1ms",
 		"--failover-for", "3s")
 	require.Equal(t, 0, code, errOut)
-	figs := map[string]float64{}
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		fs := strings.Fields(line)
-		require.Len(t, fs, 3, line)
-		v, err := strconv.ParseFloat(fs[1], 64)
-		require.NoError(t, err, line)
-		figs[strings.TrimPrefix(fs[0], "bench.")] = v
-	}
+	figs := benchFigures(t, out)
 	for _, name := range []string{"e2e_throughput_cluster", "e2e_latency_p99_cluster", "leader_failover_stall_ms", "leader_failover_requester_stall_ms", "leader_failover_jobs"} {
 		require.Positive(t, figs[name], "%s in %v", name, figs)
 	}
@@ -93,21 +79,10 @@ func TestBenchCluster(t *testing.T) { //nolint:paralleltest // starts three serv
 func TestBenchScenarioProcesses(t *testing.T) {
 	t.Parallel()
 	srv := testutil.StartServerProcess(t, t.TempDir())
-	figures := func(out string) map[string]float64 {
-		figs := map[string]float64{}
-		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-			fs := strings.Fields(line)
-			require.Len(t, fs, 3, line)
-			v, err := strconv.ParseFloat(fs[1], 64)
-			require.NoError(t, err, line)
-			figs[strings.TrimPrefix(fs[0], "bench.")] = v
-		}
-		return figs
-	}
 	code, out, errOut := run(t, "--nats", srv.URL(), "bench", "--scenario", "concurrency", "--workers", "3",
 		"--scenario-backlog", "300", "--scenario-concurrency", "4")
 	require.Equal(t, 0, code, errOut)
-	figs := figures(out)
+	figs := benchFigures(t, out)
 	require.Contains(t, errOut, "killing worker process 1 (SIGKILL)")
 	require.InDelta(t, 3.0, figs["concurrency_worker_processes"], 0, out)
 	require.Positive(t, figs["concurrency_max_observed"], out)
@@ -117,11 +92,26 @@ func TestBenchScenarioProcesses(t *testing.T) {
 	code, out, errOut = run(t, "--nats", srv.URL(), "bench", "--scenario", "ratelimit", "--workers", "2",
 		"--scenario-duration", "2s", "--scenario-concurrency", "4")
 	require.Equal(t, 0, code, errOut)
-	figs = figures(out)
+	figs = benchFigures(t, out)
 	require.InDelta(t, 2.0, figs["ratelimit_worker_processes"], 0, out)
 	require.InDelta(t, 50, figs["ratelimit_observed"], 15, out)
 
 	code, _, errOut = run(t, "--nats", srv.URL(), "bench", "--scenario", "fairness", "--workers", "2")
 	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, "want one of [concurrency ratelimit]")
+}
+
+// benchFigures reads bench's stdout, one "bench.<name> <value> <unit>" line
+// a figure, into a map by name.
+func benchFigures(t *testing.T, out string) map[string]float64 {
+	t.Helper()
+	figs := map[string]float64{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		fs := strings.Fields(line)
+		require.Len(t, fs, 3, line)
+		v, err := strconv.ParseFloat(fs[1], 64)
+		require.NoError(t, err, line)
+		figs[strings.TrimPrefix(fs[0], "bench.")] = v
+	}
+	return figs
 }
