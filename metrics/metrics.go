@@ -55,6 +55,9 @@ type Metrics struct {
 	pendingMu           sync.Mutex
 	pendingSeen         map[string]bool
 	runsStored          *prometheus.GaugeVec
+	vmIdle, vmInUse     prometheus.Gauge
+	restores            prometheus.Counter
+	restoreDuration     prometheus.Histogram
 	runsSeen            map[string]bool
 
 	breaker *prometheus.GaugeVec
@@ -126,6 +129,20 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		Name: "toolq_codemode_runs_stored", Help: "Code-mode runs stored (suspended, waiting or resuming; ended in the last second included), by tenant, as this worker last counted the runs bucket.",
 	}, []string{"tenant"})
 
+	m.vmIdle = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "toolq_codemode_vm_pool_idle", Help: "Warm QuickJS VMs idle in this worker's code-mode pool.",
+	})
+	m.vmInUse = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "toolq_codemode_vm_pool_in_use", Help: "QuickJS VMs of this worker running a code-mode exec or resume now.",
+	})
+	m.restores = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "toolq_codemode_restores_total", Help: "Code-mode resumes that restored a VM from a snapshot on this worker.",
+	})
+	m.restoreDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "toolq_codemode_restore_duration_seconds", Help: "Time to restore a VM from a snapshot (verify, decode, load its memory).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9), // 100 µs .. 6.6 s
+	})
+
 	m.approvals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolq_exec_approvals_requested_total", Help: "Exec commands parked as approval_pending, by tenant.",
 	}, []string{"tenant"})
@@ -159,7 +176,7 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 
 	for _, c := range []prometheus.Collector{
 		m.jobs, m.duration, m.queueWait, m.retries, m.requeues, m.inFlight, m.deadLetter, m.lag,
-		m.suspends, m.resumes, m.snapshotBytes, m.runsStored, m.approvals, m.decisions, m.pending, m.pendingAge, m.breaker,
+		m.suspends, m.resumes, m.snapshotBytes, m.runsStored, m.vmIdle, m.vmInUse, m.restores, m.restoreDuration, m.approvals, m.decisions, m.pending, m.pendingAge, m.breaker,
 		m.firings, m.lateness, m.catchUps, m.firingErr,
 	} {
 		if err := reg.Register(c); err != nil {
