@@ -148,7 +148,7 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		Name: "toolq_codemode_restores_total", Help: "Code-mode resumes that restored a VM from a snapshot on this worker.",
 	})
 	m.restoreDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "toolq_codemode_restore_duration_seconds", Help: "Time to restore a VM from a snapshot (verify, decode, load its memory).",
+		Name: "toolq_codemode_restore_duration_seconds", Help: "Time a resume took to restore a VM from a snapshot (verify and decode it, take a VM, load its memory).",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9), // 100 µs .. 6.6 s
 	})
 
