@@ -167,7 +167,20 @@ func TestAlertsFire(t *testing.T) {
 		},
 		{
 			name: "no dead letter for 15 minutes", alert: "ToolqDeadLettersGrowing", at: minutes(40),
-			series: `toolq_dead_letters_total{tool="exec", instance="w1"} 0x20 1x20`,
+			series: `toolq_dead_letters_total{tool="exec", instance="w1"} 0x20 1x20
+			         toolq_dlq_messages{tool="exec", instance="w1"} 0x20 1x20
+			         toolq_dlq_messages{tool="exec", instance="w2"} 0x20 1x20`,
+		},
+		{
+			name: "the DLQ grows with no worker's counter (a tool nobody serves)", alert: "ToolqDeadLettersGrowing", at: minutes(25),
+			series: `toolq_dlq_messages{tool="ghost", instance="w1"} 0x20 2x20
+			         toolq_dlq_messages{tool="ghost", instance="w2"} 0x20 2x20
+			         toolq_dlq_messages{tool="exec", instance="w1"} 3x40`,
+			want: []map[string]string{{"tool": "ghost"}},
+		},
+		{
+			name: "a purge shrinks the DLQ: no alert", alert: "ToolqDeadLettersGrowing", at: minutes(25),
+			series: `toolq_dlq_messages{tool="exec", instance="w1"} 5x20 0x20`,
 		},
 		{
 			name: "a fifth of the jobs fail", alert: "ToolqJobFailureRatioHigh", at: minutes(25),

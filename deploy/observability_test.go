@@ -87,11 +87,16 @@ func registeredFamilies(t *testing.T) map[string]*family {
 	tool.Ended(worker.OutcomeCompleted, time.Millisecond)
 	tool.DeadLettered()
 	obs.Lag([]worker.ConsumerLag{{Tool: "code_execution", Tenant: "ACME", Pending: 3, AckPending: 1}})
+	dlq, ok := obs.(worker.DLQObserver)
+	require.True(t, ok, "the worker's observer reads the DLQ's size")
+	dlq.DLQ(worker.DLQSize{Messages: map[string]uint64{"code_execution": 2}, Bytes: 4096})
 	cm := m.CodeMode()
 	cm.Suspended(4096)
 	cm.Resumed(false)
 	cm.Resumed(true)
 	cm.RunsStored(map[string]int{"ACME": 2})
+	cm.VMPool(1, 1)
+	cm.Restored(time.Millisecond)
 	ex := m.Exec()
 	ex.ApprovalRequested("ACME")
 	for _, v := range []string{"approved", "denied", "expired"} {
@@ -345,7 +350,7 @@ func TestAlertRulesRejected(t *testing.T) {
 		"bad PromQL":       {"[15m])) > 0", "[15m]) > 0", "parse error"},
 		"unknown field":    {"        for: 5m\n", "        for: 5m\n        fore: 5m\n", "field fore not found"},
 		"bad template":     {"{{ $labels.tool }} are being", "{{ $labels.tool } are being", "template"},
-		"lost label":       {"sum by (tool) (increase(toolq_dead_letters_total", "sum(increase(toolq_dead_letters_total", "annotation names $labels.tool"},
+		"lost label":       {"max by (tenant) (toolq_exec_approvals_oldest_pending_seconds)", "max(toolq_exec_approvals_oldest_pending_seconds)", "annotation names $labels.tenant"},
 		"label not there":  {"max by (provider, model) (toolq_provider_breaker_state)", "max by (provider, tool) (toolq_provider_breaker_state)", `no label "tool"`},
 		"verdict misspelt": {`decided_total{verdict="expired"}`, `decided_total{verdict="expire"}`, "not a value"},
 	} {

@@ -1,8 +1,9 @@
 // Package metrics is toolq's Prometheus instrumentation. The runtime and
 // the tool packs name no metrics library: each offers an Observer hook in
 // its Config (worker.Config.Observer, codemode.Config.Observer,
-// shellexec.Config.Observer, the scheduler engines' Observer) and this
-// package implements them with prometheus/client_golang on one registry.
+// sandbox.EngineConfig.Observer, shellexec.Config.Observer, the scheduler
+// engines' Observer) and this package implements them with
+// prometheus/client_golang on one registry.
 //
 // # Series
 //
@@ -10,10 +11,14 @@
 // toolq_job_queue_wait_seconds{tool}, toolq_job_retries_total{tool},
 // toolq_job_requeues_total{tool}, toolq_jobs_in_flight{tool},
 // toolq_dead_letters_total{tool}, toolq_consumer_pending{tool,tenant} and
-// toolq_consumer_ack_pending{tool,tenant} (read on the worker's timer, not at
-// scrape time). Code mode: toolq_codemode_suspends_total,
-// toolq_codemode_resumes_total{from}, toolq_codemode_snapshot_bytes,
-// toolq_codemode_runs_stored{tenant}. Exec:
+// toolq_consumer_ack_pending{tool,tenant}, toolq_dlq_messages{tool} and
+// toolq_dlq_bytes (the whole DLQ stream, tools capped at MaxDLQTools; read
+// on the worker's timer, not at scrape time). Code mode:
+// toolq_codemode_suspends_total, toolq_codemode_resumes_total{from},
+// toolq_codemode_snapshot_bytes, toolq_codemode_runs_stored{tenant}; the
+// sandbox engine (sandbox.EngineConfig.Observer):
+// toolq_codemode_vm_pool_idle, toolq_codemode_vm_pool_in_use,
+// toolq_codemode_restores_total, toolq_codemode_restore_duration_seconds. Exec:
 // toolq_exec_approvals_requested_total{tenant},
 // toolq_exec_approvals_decided_total{tenant,verdict},
 // toolq_exec_approvals_pending{tenant},

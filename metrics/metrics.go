@@ -3,6 +3,7 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,6 +42,7 @@ type Metrics struct {
 	inFlight   *prometheus.GaugeVec
 	deadLetter *prometheus.CounterVec
 	lag        *lagCollector
+	dlq        *dlqCollector
 
 	suspends      prometheus.Counter
 	resumes       *prometheus.CounterVec
@@ -55,6 +57,9 @@ type Metrics struct {
 	pendingMu           sync.Mutex
 	pendingSeen         map[string]bool
 	runsStored          *prometheus.GaugeVec
+	vmIdle, vmInUse     prometheus.Gauge
+	restores            prometheus.Counter
+	restoreDuration     prometheus.Histogram
 	runsSeen            map[string]bool
 
 	breaker *prometheus.GaugeVec
@@ -110,6 +115,13 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 		ackPending: prometheus.NewDesc("toolq_consumer_ack_pending",
 			"Jobs of a tool and tenant delivered and not yet acknowledged, as the worker last read it.", []string{"tool", "tenant"}, nil),
 	}
+	m.dlq = &dlqCollector{
+		messages: prometheus.NewDesc("toolq_dlq_messages",
+			"Dead letters in the DLQ stream by tool (every worker's, not this worker's alone), as the worker last read the stream.", []string{"tool"}, nil),
+		bytes: prometheus.NewDesc("toolq_dlq_bytes",
+			"Bytes held by the DLQ stream, as the worker last read it.", nil, nil),
+		seen: map[string]bool{},
+	}
 
 	m.suspends = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "toolq_codemode_suspends_total", Help: "Code-mode runs suspended to a snapshot (at exec and after each resume that waits again).",
@@ -125,6 +137,20 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 	m.runsStored = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "toolq_codemode_runs_stored", Help: "Code-mode runs stored (suspended, waiting or resuming; ended in the last second included), by tenant, as this worker last counted the runs bucket.",
 	}, []string{"tenant"})
+
+	m.vmIdle = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "toolq_codemode_vm_pool_idle", Help: "Warm QuickJS VMs idle in this worker's code-mode pool.",
+	})
+	m.vmInUse = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "toolq_codemode_vm_pool_in_use", Help: "QuickJS VMs of this worker running a code-mode exec or resume now.",
+	})
+	m.restores = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "toolq_codemode_restores_total", Help: "Code-mode resumes that restored a VM from a snapshot on this worker.",
+	})
+	m.restoreDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "toolq_codemode_restore_duration_seconds", Help: "Time a resume took to restore a VM from a snapshot (verify and decode it, take a VM, load its memory).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9), // 100 µs .. 6.6 s
+	})
 
 	m.approvals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolq_exec_approvals_requested_total", Help: "Exec commands parked as approval_pending, by tenant.",
@@ -158,8 +184,8 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 	})
 
 	for _, c := range []prometheus.Collector{
-		m.jobs, m.duration, m.queueWait, m.retries, m.requeues, m.inFlight, m.deadLetter, m.lag,
-		m.suspends, m.resumes, m.snapshotBytes, m.runsStored, m.approvals, m.decisions, m.pending, m.pendingAge, m.breaker,
+		m.jobs, m.duration, m.queueWait, m.retries, m.requeues, m.inFlight, m.deadLetter, m.lag, m.dlq,
+		m.suspends, m.resumes, m.snapshotBytes, m.runsStored, m.vmIdle, m.vmInUse, m.restores, m.restoreDuration, m.approvals, m.decisions, m.pending, m.pendingAge, m.breaker,
 		m.firings, m.lateness, m.catchUps, m.firingErr,
 	} {
 		if err := reg.Register(c); err != nil {
@@ -224,6 +250,10 @@ func counted(o worker.Outcome) bool {
 }
 
 func (o workerObserver) Lag(lags []worker.ConsumerLag) { o.m.lag.set(lags, o.m.tenant) }
+
+// DLQ keeps the dead-letter stream's size for the next scrape
+// (worker.DLQObserver).
+func (o workerObserver) DLQ(size worker.DLQSize) { o.m.dlq.set(size) }
 
 type toolObserver struct {
 	outcomes                      [16]prometheus.Counter
@@ -293,4 +323,69 @@ func (l *lagCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(l.pending, prometheus.GaugeValue, float64(v[0]), k[0], k[1])
 		ch <- prometheus.MustNewConstMetric(l.ackPending, prometheus.GaugeValue, float64(v[1]), k[0], k[1])
 	}
+}
+
+// OtherTool is the tool label value of toolq_dlq_messages for every tool
+// past MaxDLQTools. No tool name can take it.
+const OtherTool = "(other)"
+
+// MaxDLQTools bounds the tool label values of toolq_dlq_messages: the
+// first 100 tools seen with dead letters get a label of their own, later
+// ones share OtherTool. A dead letter's tool is any name a job was
+// submitted to (a job of a tool nobody serves is dead-lettered too), so
+// the bound is needed.
+const MaxDLQTools = 100
+
+// dlqCollector serves the DLQ stream's size as the worker last read it (on
+// its lag timer, never at scrape time). A tool once seen is served at 0
+// when its dead letters are gone (purged, requeued, aged out).
+type dlqCollector struct {
+	messages, bytes *prometheus.Desc
+
+	mu    sync.Mutex
+	read  bool // the stream was read at least once
+	seen  map[string]bool
+	count map[string]uint64
+	total uint64
+}
+
+func (d *dlqCollector) set(size worker.DLQSize) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.read, d.total = true, size.Bytes
+	d.count = make(map[string]uint64, len(size.Messages))
+	// Sorted, so which tools get their own label past the bound does not
+	// depend on map order.
+	tools := make([]string, 0, len(size.Messages))
+	for t := range size.Messages {
+		tools = append(tools, t)
+	}
+	slices.Sort(tools)
+	for _, t := range tools {
+		l := t
+		if !d.seen[t] {
+			if len(d.seen) >= MaxDLQTools {
+				l = OtherTool
+			}
+			d.seen[l] = true
+		}
+		d.count[l] += size.Messages[t]
+	}
+}
+
+func (d *dlqCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- d.messages
+	ch <- d.bytes
+}
+
+func (d *dlqCollector) Collect(ch chan<- prometheus.Metric) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.read {
+		return
+	}
+	for t := range d.seen {
+		ch <- prometheus.MustNewConstMetric(d.messages, prometheus.GaugeValue, float64(d.count[t]), t)
+	}
+	ch <- prometheus.MustNewConstMetric(d.bytes, prometheus.GaugeValue, float64(d.total))
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -264,3 +265,67 @@ var (
 	_ shellexec.Observer = (*metrics.Exec)(nil)
 	_ scheduler.Observer = (*metrics.Scheduler)(nil)
 )
+
+// TestDLQSizeScraped: a job dead-lettered on an embedded server shows in
+// toolq_dlq_messages{tool} and toolq_dlq_bytes once the worker has read the
+// DLQ stream on its lag timer; after a purge of the stream both go back to
+// 0 (the tool's series stays, at 0).
+func TestDLQSizeScraped(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartJetStream(t)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, nil)
+	require.NoError(t, err)
+	nc := srv.Connect(t)
+	w, err := worker.New(nc, &worker.Config{Logger: quiet, Observer: m.Worker(), LagInterval: time.Second})
+	require.NoError(t, err)
+	require.NoError(t, w.Register("doomed", worker.HandlerFunc(func(context.Context, *contracts.Job) (json.RawMessage, error) {
+		return nil, errors.New("always fails")
+	}), &worker.ToolConfig{Retry: worker.RetryPolicy{MaxAttempts: 1}}))
+	require.NoError(t, w.Start(testutil.Context(t, 10*time.Second)))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, w.Stop(ctx))
+	})
+	prod, err := producer.New(srv.Connect(t), &producer.Config{Session: "dlq-session", Logger: quiet})
+	require.NoError(t, err)
+	t.Cleanup(prod.Close)
+	ctx := testutil.Context(t, 30*time.Second)
+
+	gauges := func() (messages, bytes float64, ok bool) {
+		fams, err := reg.Gather()
+		require.NoError(t, err)
+		byName := map[string]*dto.MetricFamily{}
+		for _, f := range fams {
+			byName[f.GetName()] = f
+		}
+		msgs, okM := value(byName, "toolq_dlq_messages", map[string]string{"tool": "doomed"})
+		b, okB := value(byName, "toolq_dlq_bytes", nil)
+		return msgs, b, okM && okB
+	}
+	// Read before any dead letter: the series are there at 0 or absent.
+	msgs, _, _ := gauges()
+	require.InDelta(t, 0, msgs, 0)
+
+	job, err := prod.Submit(ctx, "doomed", json.RawMessage(`{}`), nil)
+	require.NoError(t, err)
+	ev, err := prod.Await(ctx, job.Session, job.ID, nil)
+	require.NoError(t, err)
+	require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+	require.Eventually(t, func() bool {
+		msgs, b, ok := gauges()
+		return ok && msgs == 1 && b > 0
+	}, 20*time.Second, 100*time.Millisecond, "the dead letter is counted")
+
+	var subj contracts.Subjects
+	dlq, err := jetstream.New(nc)
+	require.NoError(t, err)
+	s, err := dlq.Stream(ctx, subj.DLQStream())
+	require.NoError(t, err)
+	require.NoError(t, s.Purge(ctx))
+	require.Eventually(t, func() bool {
+		msgs, b, ok := gauges()
+		return ok && msgs == 0 && b == 0
+	}, 20*time.Second, 100*time.Millisecond, "back to 0 after the purge")
+}

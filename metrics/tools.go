@@ -6,8 +6,22 @@ import "time"
 func (m *Metrics) CodeMode() *CodeMode { return &CodeMode{m} }
 
 // CodeMode counts code mode's suspends and resumes and sizes its
-// snapshots.
+// snapshots. It is also the sandbox engine's observer
+// (sandbox.EngineConfig.Observer): the VM pool and snapshot restores.
 type CodeMode struct{ m *Metrics }
+
+// VMPool sets the pool gauges to the engine's counts (sandbox.Observer).
+func (c *CodeMode) VMPool(idle, inUse int) {
+	c.m.vmIdle.Set(float64(idle))
+	c.m.vmInUse.Set(float64(inUse))
+}
+
+// Restored counts a VM restored from a snapshot and how long it took
+// (sandbox.Observer).
+func (c *CodeMode) Restored(took time.Duration) {
+	c.m.restores.Inc()
+	c.m.restoreDuration.Observe(took.Seconds())
+}
 
 // Suspended counts a suspend and its snapshot's size.
 func (c *CodeMode) Suspended(snapshotBytes int) {

@@ -163,7 +163,7 @@ func BenchmarkWarmVMMemory(b *testing.B) {
 	var per float64
 	for range b.N {
 		e.pool.Close(ctx)
-		e.pool = engine.NewPool(e.rt, n)
+		e.pool = engine.NewPool(e.rt, n, nil)
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		if err := e.Warm(ctx, n); err != nil {

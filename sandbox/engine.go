@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/sandbox/internal/engine"
@@ -80,10 +81,29 @@ type EngineConfig struct {
 	CompilationCacheDir string
 	// Wasm overrides the embedded quickjs.wasm (tests of foreign builds).
 	Wasm []byte
+	// Observer is told of the VM pool and of snapshot restores, for metrics
+	// (package metrics has the Prometheus one); nil for none, at no cost.
+	Observer Observer
 
 	// runtime overrides the guest runtime (prelude.js): tests of snapshots
 	// made by an older one.
 	runtime string
+}
+
+// Observer receives the engine's figures. The sandbox names no metrics
+// library. Its methods are called from the runs' goroutines at once, must
+// be safe for that and must not block.
+type Observer interface {
+	// VMPool is told the pool's counts after each change: idle VMs kept
+	// warm, and VMs running a run (Exec or Resume) now. Calls come in the
+	// order of the changes, so the last one is the pool as it is.
+	VMPool(idle, inUse int)
+	// Restored is told that a resume restored a VM from a snapshot, and how
+	// long that took from the resume's start (verifying and decoding the
+	// snapshot, checking the settlements, taking a VM from the pool and
+	// loading the snapshot's memory into it). A refused snapshot is not a
+	// restore.
+	Restored(took time.Duration)
 }
 
 // SnapshotKey is a snapshot-verification key and its id.
@@ -105,6 +125,7 @@ type Engine struct {
 	limits   Limits
 	maxMem   int64
 	stack    uint32
+	obs      Observer
 	install  engine.Value
 	start    engine.Value
 	closeMu  sync.Mutex
@@ -120,7 +141,7 @@ func NewEngine(ctx context.Context, cfg *EngineConfig) (*Engine, error) {
 	if len(cfg.SnapshotKey) < 32 {
 		return nil, errors.New("sandbox: EngineConfig.SnapshotKey must hold at least 32 bytes")
 	}
-	e := &Engine{limits: withDefaults(cfg.Limits, DefaultLimits())}
+	e := &Engine{limits: withDefaults(cfg.Limits, DefaultLimits()), obs: cfg.Observer}
 	e.maxMem = cfg.MaxMemoryLimitBytes
 	if e.maxMem <= 0 {
 		e.maxMem = e.limits.MemoryLimitBytes
@@ -192,7 +213,11 @@ func NewEngine(ctx context.Context, cfg *EngineConfig) (*Engine, error) {
 	if size <= 0 {
 		size = 2 * runtime.GOMAXPROCS(0)
 	}
-	e.pool = engine.NewPool(rt, size)
+	var observe func(idle, inUse int)
+	if e.obs != nil {
+		observe = e.obs.VMPool
+	}
+	e.pool = engine.NewPool(rt, size, observe)
 	return e, nil
 }
 

@@ -269,8 +269,11 @@ func (e *Engine) Resume(ctx context.Context, req *ResumeRequest) (*Outcome, erro
 	if err := e.rt.Load(ctx, vm, snap.Memory, engine.Registers{
 		StackPointer: snap.StackPointer, RuntimePtr: snap.RuntimePtr, ContextPtr: snap.ContextPtr,
 	}); err != nil {
-		vm.Close(ctx)
+		e.pool.Discard(ctx, vm)
 		return fail(contracts.CodeInternalError, "restore code mode snapshot: %v", err)
+	}
+	if e.obs != nil {
+		e.obs.Restored(time.Since(began))
 	}
 	st.Telemetry.Resumes++
 	r := e.newRun(ctx, vm, st, cat, req.Bridge, began)

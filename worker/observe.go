@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,6 +23,23 @@ import (
 type Observer interface {
 	Tool(tool, tenant string) ToolObserver
 	Lag(lags []ConsumerLag)
+}
+
+// DLQObserver is an Observer that is also told the size of the
+// dead-letter stream, read in the same loop as Lag, every
+// Config.LagInterval (one stream-info request).
+type DLQObserver interface {
+	Observer
+	DLQ(size DLQSize)
+}
+
+// DLQSize is the dead-letter stream's content as the worker last read it:
+// the messages on each tool's dead-letter subject (<prefix>.dlq.<tool>)
+// and the stream's bytes. It is the whole stream, every worker's dead
+// letters, not this worker's alone.
+type DLQSize struct {
+	Messages map[string]uint64 // by tool
+	Bytes    uint64
 }
 
 // ToolObserver receives the figures of one tool's jobs of one tenant. Its
@@ -129,14 +147,44 @@ func (w *Worker) sampleLag() {
 	tick := time.NewTicker(w.cfg.LagInterval)
 	defer tick.Stop()
 	streams := map[string]jetstream.Stream{"": w.jobs}
+	dlqObs, _ := w.cfg.Observer.(DLQObserver)
 	for {
 		w.cfg.Observer.Lag(w.lags(streams))
+		if dlqObs != nil {
+			if size, ok := w.dlqSize(); ok {
+				dlqObs.DLQ(size)
+			}
+		}
 		select {
 		case <-w.runCtx.Done():
 			return
 		case <-tick.C:
 		}
 	}
+}
+
+// dlqSize reads the dead-letter stream's messages per subject and its
+// bytes; false when the stream cannot be read this round (the observer
+// keeps its last figure).
+func (w *Worker) dlqSize() (DLQSize, bool) {
+	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+	defer cancel()
+	s, err := w.js.Stream(ctx, w.cfg.Subjects.DLQStream())
+	if err == nil {
+		var info *jetstream.StreamInfo
+		if info, err = s.Info(ctx, jetstream.WithSubjectFilter(w.cfg.Subjects.DLQs())); err == nil {
+			prefix := w.cfg.Subjects.DLQ("")
+			size := DLQSize{Messages: make(map[string]uint64, len(info.State.Subjects)), Bytes: info.State.Bytes}
+			for subj, n := range info.State.Subjects {
+				if tool, ok := strings.CutPrefix(subj, prefix); ok && tool != "" {
+					size.Messages[tool] += n
+				}
+			}
+			return size, true
+		}
+	}
+	w.log.Debug("dlq size: stream unreadable", slog.Any("err", err))
+	return DLQSize{}, false
 }
 
 // lags lists the consumers of each served jobs stream and keeps those of

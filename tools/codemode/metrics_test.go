@@ -1,7 +1,9 @@
 package codemode_test
 
 import (
+	"context"
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/metrics"
+	"github.com/toolq/toolq/sandbox"
 	"github.com/toolq/toolq/tools/codemode"
 )
 
@@ -96,4 +99,85 @@ func TestMetricsCountStoredRuns(t *testing.T) {
 		require.Equal(t, contracts.StatusCompleted, b.await(t, c.job, false).Data.Status)
 	}
 	require.Eventually(t, func() bool { n, ok := stored(); return ok && n == 0 }, 10*time.Second, 50*time.Millisecond, "none once both ended (their markers gone)")
+}
+
+// poolRecorder passes the engine's figures on to the metrics and keeps the
+// most VMs it was told were in use at once.
+type poolRecorder struct {
+	*metrics.CodeMode
+	mu       sync.Mutex
+	maxInUse int
+}
+
+func (r *poolRecorder) VMPool(idle, inUse int) {
+	r.mu.Lock()
+	r.maxInUse = max(r.maxInUse, inUse)
+	r.mu.Unlock()
+	r.CodeMode.VMPool(idle, inUse)
+}
+
+// TestMetricsVMPoolAndRestores: with the metrics as the engine's observer,
+// a run takes a VM (in use 1) and gives it back to the pool (idle 1, in
+// use 0); a run that suspends on a nested call and auto-resumes counts one
+// snapshot restore and its duration.
+func TestMetricsVMPoolAndRestores(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, nil)
+	require.NoError(t, err)
+	rec := &poolRecorder{CodeMode: m.CodeMode()}
+	eng, err := sandbox.NewEngine(context.Background(), &sandbox.EngineConfig{
+		SnapshotKey: []byte("test-key-0123456789abcdef0123456789abcdef"), PoolSize: 2, Observer: rec,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = eng.Close(context.Background()) })
+	b := setup(t)
+	b.startWorker(t, "A", &codemode.Config{Engine: eng, Observer: m.CodeMode()}, nil)
+	gauge := func(name string) float64 {
+		fams, err := reg.Gather()
+		require.NoError(t, err)
+		for _, f := range fams {
+			if f.GetName() == name {
+				return f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatalf("no series %s", name)
+		return 0
+	}
+	restores := func() (float64, uint64) {
+		fams, err := reg.Gather()
+		require.NoError(t, err)
+		var n float64
+		var count uint64
+		for _, f := range fams {
+			switch f.GetName() {
+			case "toolq_codemode_restores_total":
+				n = f.GetMetric()[0].GetCounter().GetValue()
+			case "toolq_codemode_restore_duration_seconds":
+				count = f.GetMetric()[0].GetHistogram().GetSampleCount()
+			}
+		}
+		return n, count
+	}
+
+	job := b.exec(t, `return 1 + 1;`, nil, nil)
+	require.Equal(t, contracts.StatusCompleted, b.await(t, job, false).Data.Status)
+	rec.mu.Lock()
+	require.Equal(t, 1, rec.maxInUse, "the run held a VM")
+	rec.mu.Unlock()
+	// The VM is given back before the run's result is published.
+	require.InDelta(t, 0, gauge("toolq_codemode_vm_pool_in_use"), 0)
+	require.InDelta(t, 1, gauge("toolq_codemode_vm_pool_idle"), 0, "the VM went back to the pool")
+	n, count := restores()
+	require.InDelta(t, 0, n, 0, "no resume yet")
+	require.Zero(t, count)
+
+	job = b.exec(t, `const r = await tools.callValue("toolq:core:noop", {x: 1}); return r.x;`, map[string]any{"autoResume": true}, nil)
+	final := b.await(t, job, false)
+	require.Equal(t, contracts.StatusCompleted, final.Data.Status, string(final.Data.Result))
+	n, count = restores()
+	require.InDelta(t, 1, n, 0, "one resume restored its snapshot")
+	require.Equal(t, uint64(1), count)
+	require.InDelta(t, 0, gauge("toolq_codemode_vm_pool_in_use"), 0)
+	require.InDelta(t, 1, gauge("toolq_codemode_vm_pool_idle"), 0, "exec and resume each took the one warm VM and gave it back")
 }

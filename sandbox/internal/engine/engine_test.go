@@ -165,7 +165,7 @@ func TestTrapKillsVM(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rt := testRuntime(t)
-	pool := NewPool(rt, 2)
+	pool := NewPool(rt, 2, nil)
 	defer pool.Close(ctx)
 	vm, err := pool.Get(ctx)
 	require.NoError(t, err)
@@ -220,4 +220,30 @@ func TestRestoreRefusesBadMemory(t *testing.T) {
 	require.Error(t, err)
 	_, err = rt.Restore(ctx, make([]byte, 1024*PageSize), rt.ImageRegisters())
 	require.ErrorContains(t, err, "grow")
+}
+
+// TestPoolCounts: the pool tells its observer the idle and in-use counts
+// after every change, in order: a fresh VM, one given back, one taken from
+// the idle ones, a discarded one, one past the pool's size, the close.
+func TestPoolCounts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rt := testRuntime(t)
+	var seen [][2]int
+	pool := NewPool(rt, 1, func(idle, inUse int) { seen = append(seen, [2]int{idle, inUse}) })
+	a, err := pool.Get(ctx) // fresh
+	require.NoError(t, err)
+	b, err := pool.Get(ctx) // fresh
+	require.NoError(t, err)
+	pool.Put(ctx, a) // kept
+	c, err := pool.Get(ctx)
+	require.NoError(t, err)
+	require.Same(t, a, c, "taken from the idle ones")
+	pool.Discard(ctx, c)
+	require.NoError(t, pool.Warm(ctx, 1))
+	pool.Put(ctx, b) // past the size: closed
+	require.Equal(t, 1, pool.Idle())
+	require.Equal(t, 0, pool.InUse())
+	pool.Close(ctx)
+	require.Equal(t, [][2]int{{0, 1}, {0, 2}, {1, 1}, {0, 2}, {0, 1}, {1, 1}, {1, 0}, {0, 0}}, seen)
 }

@@ -7,16 +7,22 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/testutil"
+	"github.com/toolq/toolq/metrics"
 )
 
 // TestWorkerServesMetricsAndLogsJSON runs `toolq worker --metrics-listen
@@ -126,4 +132,62 @@ func TestMetricsListenRefusesBadAddress(t *testing.T) {
 	code, _, errOut := run(t, "--nats", srv.ClientURL(), "scheduler", "--metrics-listen", "nope")
 	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, "--metrics-listen")
+}
+
+// TestWorkerWiresEngineAndDLQMetrics: a worker node built with metrics
+// gives them to the sandbox engine and reads the DLQ's size: after a
+// code-mode run that suspends on a nested call and auto-resumes, the
+// registry has the VM pool's gauges (the VMs back in the pool, none in
+// use), one snapshot restore, and the DLQ's figures (empty).
+func TestWorkerWiresEngineAndDLQMetrics(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartJetStream(t)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, nil)
+	require.NoError(t, err)
+	keyFile := filepath.Join(t.TempDir(), "key")
+	require.NoError(t, os.WriteFile(keyFile, []byte("00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"), 0o600))
+	g := &globals{prefix: contracts.DefaultPrefix, log: slog.New(slog.DiscardHandler), stdout: io.Discard, stderr: io.Discard}
+	n, err := newNode(testutil.Context(t, 30*time.Second), g, srv.Connect(t), &workerFlags{
+		concurrency: 8, replicas: 1, stopTimeout: time.Second, snapshotKeyFile: keyFile, builtins: true, obs: m,
+	})
+	require.NoError(t, err)
+	require.NoError(t, n.start(testutil.Context(t, 30*time.Second)))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, n.stop(ctx))
+	})
+	code := filepath.Join(t.TempDir(), "plan.js")
+	require.NoError(t, os.WriteFile(code, []byte(`return (await tools.callValue("toolq:core:noop", {n: 1})).n;`), 0o600))
+	rc, out, errOut := run(t, "--nats", srv.ClientURL(), "exec", "--code", code, "--session", "wired", "--auto-resume", "--wait")
+	require.Equal(t, 0, rc, errOut)
+	require.Contains(t, out, `"completed"`)
+
+	series := func() map[string]float64 {
+		fams, err := reg.Gather()
+		require.NoError(t, err)
+		got := map[string]float64{}
+		for _, f := range fams {
+			for _, mt := range f.GetMetric() {
+				switch {
+				case mt.Gauge != nil:
+					got[f.GetName()] += mt.GetGauge().GetValue()
+				case mt.Counter != nil:
+					got[f.GetName()] += mt.GetCounter().GetValue()
+				}
+			}
+		}
+		return got
+	}
+	got := series()
+	require.InDelta(t, 1, got["toolq_codemode_restores_total"], 0, "the resume restored its snapshot")
+	require.Contains(t, got, "toolq_codemode_vm_pool_idle")
+	require.Positive(t, got["toolq_codemode_vm_pool_idle"], "the VMs went back to the pool")
+	require.InDelta(t, 0, got["toolq_codemode_vm_pool_in_use"], 0)
+	// The DLQ is read by the worker's lag loop, first as it starts.
+	require.Eventually(t, func() bool {
+		v, ok := series()["toolq_dlq_bytes"]
+		return ok && v == 0
+	}, 10*time.Second, 50*time.Millisecond, "the DLQ's size is read")
 }

@@ -245,9 +245,11 @@ func (n *node) registerCodeMode(ctx context.Context, g *globals, nc *nats.Conn, 
 	if err != nil {
 		return err
 	}
-	if n.engine, err = sandbox.NewEngine(ctx, &sandbox.EngineConfig{
-		SnapshotKey: key, SnapshotKeyID: f.snapshotKeyID, SnapshotVerifyKeys: verify,
-	}); err != nil {
+	ecfg := &sandbox.EngineConfig{SnapshotKey: key, SnapshotKeyID: f.snapshotKeyID, SnapshotVerifyKeys: verify}
+	if f.obs != nil {
+		ecfg.Observer = f.obs.CodeMode() // the VM pool and snapshot restores
+	}
+	if n.engine, err = sandbox.NewEngine(ctx, ecfg); err != nil {
 		return fmt.Errorf("code mode: %w", err)
 	}
 	ccfg := &codemode.Config{
