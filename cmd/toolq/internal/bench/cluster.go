@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
 	"github.com/toolq/toolq/producer"
 	"github.com/toolq/toolq/worker"
 )
@@ -256,13 +257,47 @@ func failover(ctx context.Context, cfg ClusterConfig, cl *cluster, js jetstream.
 	}
 	total := len(submitted)
 	cfg.phase("failover: waiting for the %d jobs to complete", total)
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	var events *bus.Events // made when first needed: the cluster may still elect
+	// A job counts as ended once the requester received its terminal
+	// event, or once that event is found stored: the requester's session
+	// follower may itself be recovering from the kill (an R1 consumer on
+	// the dead server), and what it has not received yet is not lost.
+	// Lost is a job with no terminal event stored two minutes on.
+	stored := map[string]bool{}
+	unended := func() []string {
 		mu.Lock()
-		n := len(terminal)
-		mu.Unlock()
-		if n >= total || time.Now().After(deadline) {
+		defer mu.Unlock()
+		var out []string
+		for id := range submitted {
+			if terminal[id] == 0 && !stored[id] {
+				out = append(out, id)
+			}
+		}
+		return out
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for lookAt := time.Now().Add(5 * time.Second); ; {
+		left := unended()
+		if len(left) == 0 || time.Now().After(deadline) {
 			break
+		}
+		if events == nil && time.Now().After(lookAt) {
+			ectx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			events, _ = bus.NewEvents(ectx, js, contracts.Subjects{})
+			cancel()
+		}
+		if events != nil && time.Now().After(lookAt) {
+			for _, id := range left {
+				lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				ev, _, err := events.Last(lctx, session, id)
+				cancel()
+				if err == nil && ev != nil && ev.Data.Status.Terminal() {
+					mu.Lock()
+					stored[id] = true
+					mu.Unlock()
+				}
+			}
+			lookAt = time.Now().Add(5 * time.Second)
 		}
 		select {
 		case <-time.After(50 * time.Millisecond): // the events arrive on the reader
@@ -270,6 +305,7 @@ func failover(ctx context.Context, cfg ClusterConfig, cl *cluster, js jetstream.
 			return nil, ctx.Err()
 		}
 	}
+	lost := len(unended())
 	// A second more, so a duplicate terminal event would be seen too.
 	time.Sleep(time.Second)
 	stopReading()
@@ -278,9 +314,14 @@ func failover(ctx context.Context, cfg ClusterConfig, cl *cluster, js jetstream.
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	dups := 0
+	dups, unreceived := 0, 0
 	for _, n := range terminal {
 		dups += n - 1
+	}
+	for id := range stored {
+		if terminal[id] == 0 {
+			unreceived++
+		}
 	}
 	// The stalls: the longest time no job ended on a worker (the event's
 	// time), and the longest the requester received none, while the load
@@ -295,7 +336,8 @@ func failover(ctx context.Context, cfg ClusterConfig, cl *cluster, js jetstream.
 		{"leader_failover_latency_p50", ms(pct(latencies, 50)), "ms"},
 		{"leader_failover_latency_max", ms(pct(latencies, 100)), "ms"},
 		{"leader_failover_jobs", float64(total), "jobs"},
-		{"leader_failover_lost", float64(total - len(terminal)), "jobs"},
+		{"leader_failover_lost", float64(lost), "jobs"},
+		{"leader_failover_unreceived", float64(unreceived), "jobs"},
 		{"leader_failover_redelivered", float64(redelivered(ctx, js) - redeliveredBefore), "jobs"},
 		{"leader_failover_duplicates", float64(dups), "events"},
 	}, nil

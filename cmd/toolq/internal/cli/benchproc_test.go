@@ -65,6 +65,8 @@ func TestBenchCluster(t *testing.T) { //nolint:paralleltest // starts three serv
 		require.True(t, ok, "%s in %v", name, figs)
 		require.Zero(t, v, name)
 	}
+	_, ok := figs["leader_failover_unreceived"]
+	require.True(t, ok, "leader_failover_unreceived in %v", figs)
 	require.Contains(t, errOut, "leader")
 	require.Contains(t, errOut, "killed")
 	code, _, errOut = run(t, "bench", "--cluster-server", bin, "--cluster-nodes", "2")
