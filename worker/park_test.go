@@ -69,20 +69,42 @@ func TestEmitAfterParkSkipsTheReadButNotTheCheck(t *testing.T) {
 		return job
 	}
 	// Count the reads of a last event from here on.
+	// The counter's callback runs behind the connection's reader: a read
+	// made before the count starts (the requester's Await) may reach it
+	// late. A marker sent down the same subscription tells when every
+	// earlier read has been counted.
 	var reads atomic.Int32
+	marked := make(chan struct{}, 1)
+	const marker = "$JS.API.DIRECT.GET.TOOLQ_EVENTS.test-marker"
 	snc := b.srv.Connect(t)
-	_, err := snc.Subscribe("$JS.API.DIRECT.GET.TOOLQ_EVENTS.>", func(*nats.Msg) { reads.Add(1) })
+	_, err := snc.Subscribe("$JS.API.DIRECT.GET.TOOLQ_EVENTS.>", func(m *nats.Msg) {
+		if m.Subject == marker {
+			marked <- struct{}{}
+			return
+		}
+		reads.Add(1)
+	})
 	require.NoError(t, err)
 	require.NoError(t, snc.Flush())
+	drain := func() {
+		t.Helper()
+		require.NoError(t, snc.Publish(marker, nil))
+		select {
+		case <-marked:
+		case <-ctx.Done():
+			t.Fatal("the marker never came back")
+		}
+	}
 
 	job := park()
 	ref := &contracts.Job{ID: job.ID, Session: job.Session, Tool: job.Tool}
 	// The requester can see the parked event before the worker has noted
 	// its sequence (it notes it once the store answers).
 	require.Eventually(t, func() bool { return worker.NotedLastEvent(w, ref) }, 5*time.Second, time.Millisecond)
+	drain()
 	reads.Store(0)
 	require.NoError(t, w.Emit(ctx, ref, contracts.StatusCompleted, 1, nil, nil))
-	require.NoError(t, snc.Flush()) // the worker's requests were routed before its answers
+	drain() // the worker's requests were routed before its answers
 	require.Zero(t, reads.Load(), "the parking worker read the last event back")
 	require.Equal(t, contracts.StatusCompleted, b.await(t, job).Data.Status)
 
