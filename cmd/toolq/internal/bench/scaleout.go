@@ -28,6 +28,9 @@ type WorkerProcess struct {
 	// Kill ends it at once (SIGKILL: nothing released, nothing handed
 	// back) and waits for it.
 	Kill func() error
+	// PID is the process's id (0 if unknown): the bench reads its CPU
+	// time.
+	PID int
 }
 
 // ScaleOutConfig sizes a run against a server of its own process, with the
@@ -84,7 +87,10 @@ func RunScaleOut(ctx context.Context, cfg ScaleOutConfig) ([]Figure, error) {
 
 func scaleOutRound(ctx context.Context, cfg ScaleOutConfig, p *producer.Producer, js jetstream.JetStream, n int, payload json.RawMessage) (_ []Figure, err error) {
 	cfg.phase("starting %d worker processes (concurrency %d each)", n, cfg.Concurrency)
-	var stops []func(context.Context) error
+	var (
+		stops []func(context.Context) error
+		pids  []int
+	)
 	defer func() {
 		cfg.phase("stopping %d worker processes", len(stops))
 		for _, stop := range stops {
@@ -99,6 +105,7 @@ func scaleOutRound(ctx context.Context, cfg ScaleOutConfig, p *producer.Producer
 			return nil, err
 		}
 		stops = append(stops, wp.Stop)
+		pids = append(pids, wp.PID)
 	}
 	redeliveredBefore := redelivered(ctx, js)
 	cfg.phase("warming up: 50 jobs")
@@ -106,13 +113,14 @@ func scaleOutRound(ctx context.Context, cfg ScaleOutConfig, p *producer.Producer
 		return nil, err
 	}
 	cfg.phase("throughput: %d jobs from %d submitters, %d workers", cfg.Jobs, cfg.Submitters, n)
+	before := sampleCPU(pids)
 	tf, err := throughput(ctx, p, cfg.Config, payload)
 	if err != nil {
 		return nil, err
 	}
 	suffix := fmt.Sprintf("_workers_%d", n)
 	var figs []Figure
-	for _, f := range tf {
+	for _, f := range append(tf, sampleCPU(pids).since(before, cfg.Jobs)...) {
 		f.Name += suffix
 		figs = append(figs, f)
 	}
@@ -141,4 +149,44 @@ func redelivered(ctx context.Context, js jetstream.JetStream) int {
 		return 0
 	}
 	return ci.NumRedelivered
+}
+
+// cpuSample is where the CPU went, at one time: the machine's cores, this
+// process (the requester) and the worker processes.
+type cpuSample struct {
+	at                 time.Time
+	busy, total        time.Duration
+	requester, workers time.Duration
+	ok                 bool
+}
+
+// sampleCPU reads the machine's and the processes' CPU times (ok is false
+// where they cannot be read: not Linux, a worker gone).
+func sampleCPU(pids []int) cpuSample {
+	s := cpuSample{at: time.Now(), requester: processCPU()}
+	s.busy, s.total, s.ok = machineCPU()
+	for _, pid := range pids {
+		c, ok := pidCPU(pid)
+		s.ok = s.ok && ok
+		s.workers += c
+	}
+	return s
+}
+
+// since gives the CPU spent per job from s0 to s over jobs jobs, split
+// into the requester (this process), the worker processes and the rest of
+// the machine (the nats-server, and whatever else runs), and how busy the
+// cores were: what explains a curve that stops rising with more workers.
+func (s cpuSample) since(s0 cpuSample, jobs int) []Figure {
+	if !s.ok || !s0.ok || jobs < 1 || s.total <= s0.total {
+		return nil
+	}
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(jobs) }
+	req, wk, busy := s.requester-s0.requester, s.workers-s0.workers, s.busy-s0.busy
+	return []Figure{
+		{"cpu_per_job_requester", per(req), "µs"},
+		{"cpu_per_job_workers", per(wk), "µs"},
+		{"cpu_per_job_rest", per(max(busy-req-wk, 0)), "µs"},
+		{"cpu_busy", 100 * float64(busy) / float64(s.total-s0.total), "%"},
+	}
 }

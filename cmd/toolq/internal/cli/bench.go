@@ -25,13 +25,15 @@ func newBenchCmd(g *globals) *cobra.Command {
 		observeRounds int
 		observeRatio  float64
 		workers       []int
-		scenario      string
-		clusterBin    string
-		clusterNodes  int
-		clusterWork   int
-		failoverFor   time.Duration
-		flow          = bench.FlowDefaults()
-		soak          time.Duration
+		// workerProfiles is --worker-cpuprofiles: a directory.
+		workerProfiles string
+		scenario       string
+		clusterBin     string
+		clusterNodes   int
+		clusterWork    int
+		failoverFor    time.Duration
+		flow           = bench.FlowDefaults()
+		soak           time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -59,7 +61,7 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 			if clusterBin != "" {
 				figs, err := bench.RunCluster(cmd.Context(), bench.ClusterConfig{
 					Config: cfg, ServerBin: clusterBin, Nodes: clusterNodes, Workers: clusterWork, FailoverFor: failoverFor,
-					Start: workerProcesses(g),
+					Start: workerProcesses(g, workerProfiles),
 				})
 				if err != nil {
 					return err
@@ -68,10 +70,10 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 			}
 			if len(workers) > 0 && scenario != "" {
 				flow.Phase = cfg.Phase
-				return scenarioProcesses(cmd, g, scenario, flow, workers)
+				return scenarioProcesses(cmd, g, scenario, flow, workers, workerProfiles)
 			}
 			if len(workers) > 0 {
-				return scaleOut(cmd, g, cfg, workers)
+				return scaleOut(cmd, g, cfg, workers, workerProfiles)
 			}
 			if soak > 0 {
 				figs, err := bench.Soak(cmd.Context(), cfg, soak)
@@ -211,6 +213,7 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 	f.IntVar(&observeRounds, "observe-rounds", 3, "rounds of off and on with --observe (at least 3)")
 	f.Float64Var(&observeRatio, "observe-sample-ratio", 1, "trace sample ratio of --observe's traced rounds (1: every trace)")
 	f.IntSliceVar(&workers, "workers", nil, "measure against the server of --nats with this many `toolq worker` processes instead, one round per count (e.g. 1,2,4); figures end in _workers_N. With --scenario concurrency or ratelimit: that scenario with this many worker processes (one count; 0 is the scenario's own, 8 or 3), one of them killed with SIGKILL in concurrency")
+	f.StringVar(&workerProfiles, "worker-cpuprofiles", "", "with --workers or --cluster-server: each worker process writes its CPU profile (pprof) into this directory as <its name>.pprof when it stops (the bench's own: --cpuprofile)")
 	f.StringVar(&clusterBin, "cluster-server", "", "instead, start a cluster of nats-server processes of this executable (`make nats-server` builds the pinned one), measure with --cluster-workers worker processes on replicated streams, then kill the jobs stream's leader under a steady load: figures end in _cluster, and bench.leader_failover_stall_ms")
 	f.IntVar(&clusterNodes, "cluster-nodes", 3, "nodes (and stream replicas) of --cluster-server")
 	f.IntVar(&clusterWork, "cluster-workers", 2, "worker processes of --cluster-server")
@@ -221,7 +224,7 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 // scenarioProcesses is bench --scenario concurrency|ratelimit --workers N:
 // the scenario against the server --nats names, its workers in processes
 // of their own.
-func scenarioProcesses(cmd *cobra.Command, g *globals, scenario string, flow bench.FlowConfig, workers []int) error {
+func scenarioProcesses(cmd *cobra.Command, g *globals, scenario string, flow bench.FlowConfig, workers []int, workerProfiles string) error {
 	if len(workers) != 1 {
 		return contracts.Errorf(contracts.CodeInvalidInput, "--scenario with --workers takes one count of worker processes")
 	}
@@ -230,7 +233,7 @@ func scenarioProcesses(cmd *cobra.Command, g *globals, scenario string, flow ben
 		return err
 	}
 	figs, err := bench.RunScenarioProcesses(cmd.Context(), scenario, bench.FlowProcConfig{
-		FlowConfig: flow, URL: g.natsURL, Options: opts, Prefix: g.prefix, Workers: workers[0], Start: workerProcesses(g),
+		FlowConfig: flow, URL: g.natsURL, Options: opts, Prefix: g.prefix, Workers: workers[0], Start: workerProcesses(g, workerProfiles),
 	})
 	if err != nil {
 		return err
@@ -240,7 +243,7 @@ func scenarioProcesses(cmd *cobra.Command, g *globals, scenario string, flow ben
 
 // scaleOut is bench --workers: the requester here, the workers in
 // processes of their own, the server the one --nats names.
-func scaleOut(cmd *cobra.Command, g *globals, cfg bench.Config, workers []int) error {
+func scaleOut(cmd *cobra.Command, g *globals, cfg bench.Config, workers []int, workerProfiles string) error {
 	if cmd.Flags().Changed("tenants") || cmd.Flags().Changed("metrics") {
 		return contracts.Errorf(contracts.CodeInvalidInput, "--workers measures plain throughput: drop --tenants and --metrics")
 	}
@@ -249,7 +252,7 @@ func scaleOut(cmd *cobra.Command, g *globals, cfg bench.Config, workers []int) e
 		return err
 	}
 	figs, err := bench.RunScaleOut(cmd.Context(), bench.ScaleOutConfig{
-		Config: cfg, URL: g.natsURL, Options: opts, Workers: workers, Start: workerProcesses(g),
+		Config: cfg, URL: g.natsURL, Options: opts, Workers: workers, Start: workerProcesses(g, workerProfiles),
 	})
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -21,8 +22,9 @@ import (
 var childEnv []string
 
 // workerProcesses starts `toolq worker` processes of this very binary for
-// bench --workers, logging in as this command does.
-func workerProcesses(g *globals) bench.StartWorker {
+// bench --workers, logging in as this command does; with a profiles
+// directory, each writes its CPU profile there as <name>.pprof.
+func workerProcesses(g *globals, profiles string) bench.StartWorker {
 	return func(ctx context.Context, url, name string, concurrency int, extra ...string) (*bench.WorkerProcess, error) {
 		exe, err := os.Executable()
 		if err != nil {
@@ -36,6 +38,9 @@ func workerProcesses(g *globals) bench.StartWorker {
 		}
 		args = append(args, "worker", "--name", name, "--builtins", "--no-code-mode", "--no-exec",
 			"--concurrency", fmt.Sprint(concurrency), "--stop-timeout", "10s")
+		if profiles != "" {
+			args = append(args, "--cpuprofile", filepath.Join(profiles, name+".pprof"))
+		}
 		args = append(args, extra...)
 		cmd := exec.Command(exe, args...) //nolint:gosec // G204: this binary, with arguments built here
 		cmd.Env = append(os.Environ(), childEnv...)
@@ -101,7 +106,7 @@ func workerProcesses(g *globals) bench.StartWorker {
 		defer cancel()
 		select {
 		case <-started:
-			return &bench.WorkerProcess{Stop: stop, Kill: kill}, nil
+			return &bench.WorkerProcess{Stop: stop, Kill: kill, PID: cmd.Process.Pid}, nil
 		case <-exited:
 			err := exitErr
 			if err == nil {

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"os"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,21 +25,35 @@ func TestMain(m *testing.M) {
 
 // TestBenchScaleOut runs bench --workers 1,2 against a nats-server process
 // with worker processes: each round prints its throughput, submit rate,
-// latency and redeliveries (none), and stops its workers.
+// latency, redeliveries (none) and where the CPU went, and stops its
+// workers, which write their CPU profiles.
 func TestBenchScaleOut(t *testing.T) {
 	t.Parallel()
 	srv := testutil.StartServerProcess(t, t.TempDir())
+	profiles := t.TempDir()
 	code, out, errOut := run(t, "--nats", srv.URL(), "bench", "--workers", "1,2", "--jobs", "600",
-		"--submitters", "4", "--concurrency", "16", "--latency-jobs", "20", "--latency-interval", "1ms")
+		"--submitters", "4", "--concurrency", "16", "--latency-jobs", "20", "--latency-interval", "1ms",
+		"--worker-cpuprofiles", profiles)
 	require.Equal(t, 0, code, errOut)
 	figs := benchFigures(t, out)
 	for _, n := range []string{"1", "2"} {
-		for _, name := range []string{"e2e_throughput", "submit_rate", "e2e_latency_p50", "e2e_latency_p99"} {
+		names := []string{"e2e_throughput", "submit_rate", "e2e_latency_p50", "e2e_latency_p99"}
+		if runtime.GOOS == "linux" {
+			names = append(names, "cpu_per_job_requester", "cpu_per_job_workers", "cpu_busy")
+		}
+		for _, name := range names {
 			require.Positive(t, figs[name+"_workers_"+n], "%s_workers_%s in %v", name, n, figs)
 		}
+		require.LessOrEqual(t, figs["cpu_busy_workers_"+n], 100.0)
 		v, ok := figs["redelivered_workers_"+n]
 		require.True(t, ok, "redelivered_workers_%s", n)
 		require.Zero(t, v)
+	}
+	for _, name := range []string{"bench-1-of-1", "bench-1-of-2", "bench-2-of-2"} {
+		b, err := os.ReadFile(filepath.Join(profiles, name+".pprof")) //nolint:gosec // G304: the test's own temporary directory
+		require.NoError(t, err)
+		require.Greater(t, len(b), 2)
+		require.Equal(t, []byte{0x1f, 0x8b}, b[:2], "%s.pprof is a gzipped profile", name)
 	}
 	require.Contains(t, errOut, "starting 2 worker processes")
 	require.Contains(t, errOut, "stopping 2 worker processes")

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -32,6 +33,10 @@ type globals struct {
 	auth      authFlags
 	// tenantAccount says the user is a tenant's (deploy/nats/tenants.conf).
 	tenantAccount bool
+	// cpuProfile is --cpuprofile: a file the command's CPU profile goes
+	// to, written when the command returns.
+	cpuProfile  string
+	stopProfile func() error
 
 	stdout io.Writer
 	stderr io.Writer
@@ -51,6 +56,11 @@ func mainIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetIn(stdin)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
+	if g.stopProfile != nil {
+		if perr := g.stopProfile(); perr != nil && err == nil {
+			err = perr
+		}
+	}
 	if err == nil {
 		return 0
 	}
@@ -161,6 +171,13 @@ Submit a job and wait for its result:    toolq submit --tool noop --input '{"hi"
 			if g.prefix != contracts.DefaultPrefix && !contracts.ValidID(g.prefix) {
 				return contracts.Errorf(contracts.CodeInvalidInput, "--prefix %q is not a valid subject token", g.prefix)
 			}
+			if g.cpuProfile != "" {
+				stop, err := startCPUProfile(g.cpuProfile)
+				if err != nil {
+					return err
+				}
+				g.stopProfile = stop
+			}
 			return nil
 		},
 	}
@@ -174,6 +191,7 @@ Submit a job and wait for its result:    toolq submit --tool noop --input '{"hi"
 	pf.StringVar(&g.logFormat, "log-format", "", "log format on stderr: json or text (default: json with --json, else text)")
 	pf.DurationVar(&g.timeout, "timeout", 30*time.Second, "how long a client command waits")
 	g.auth.register(pf)
+	pf.StringVar(&g.cpuProfile, "cpuprofile", "", "write the command's CPU profile (pprof) to this file when it ends; a worker's when it stops")
 	pf.BoolVar(&g.tenantAccount, "tenant-account", os.Getenv("TOOLQ_TENANT_ACCOUNT") != "",
 		"the user is a tenant's account (deploy/nats/tenants.conf): follow events by subscription (env TOOLQ_TENANT_ACCOUNT)")
 
@@ -197,6 +215,23 @@ Submit a job and wait for its result:    toolq submit --tool noop --input '{"hi"
 		newUICmd(g),
 	)
 	return root, g
+}
+
+// startCPUProfile profiles this process's CPU into path until the
+// returned stop.
+func startCPUProfile(path string) (func() error, error) {
+	f, err := os.Create(path) //nolint:gosec // G304: the operator's own --cpuprofile path
+	if err != nil {
+		return nil, contracts.Errorf(contracts.CodeInvalidInput, "--cpuprofile: %v", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
 
 func envOr(key, def string) string {
