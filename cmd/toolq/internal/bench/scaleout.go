@@ -44,6 +44,9 @@ type ScaleOutConfig struct {
 	Workers []int
 	// Start starts a worker process.
 	Start StartWorker
+	// ServerPID is the nats-server's process id when it runs on this
+	// host (0: unknown): its CPU is then split out of the rest.
+	ServerPID int
 }
 
 // RunScaleOut measures end-to-end throughput (and latency, with
@@ -113,14 +116,14 @@ func scaleOutRound(ctx context.Context, cfg ScaleOutConfig, p *producer.Producer
 		return nil, err
 	}
 	cfg.phase("throughput: %d jobs from %d submitters, %d workers", cfg.Jobs, cfg.Submitters, n)
-	before := sampleCPU(pids)
+	before := sampleCPU(pids, cfg.ServerPID)
 	tf, err := throughput(ctx, p, cfg.Config, payload)
 	if err != nil {
 		return nil, err
 	}
 	suffix := fmt.Sprintf("_workers_%d", n)
 	var figs []Figure
-	for _, f := range append(tf, sampleCPU(pids).since(before, cfg.Jobs)...) {
+	for _, f := range append(tf, sampleCPU(pids, cfg.ServerPID).since(before, cfg.Jobs)...) {
 		f.Name += suffix
 		figs = append(figs, f)
 	}
@@ -152,30 +155,35 @@ func redelivered(ctx context.Context, js jetstream.JetStream) int {
 }
 
 // cpuSample is where the CPU went, at one time: the machine's cores, this
-// process (the requester) and the worker processes.
+// process (the requester), the worker processes and the server's.
 type cpuSample struct {
-	at                 time.Time
 	busy, total        time.Duration
 	requester, workers time.Duration
-	ok                 bool
+	server             time.Duration
+	ok, serverOK       bool
 }
 
 // sampleCPU reads the machine's and the processes' CPU times (ok is false
-// where they cannot be read: not Linux, a worker gone).
-func sampleCPU(pids []int) cpuSample {
-	s := cpuSample{at: time.Now(), requester: processCPU()}
+// where they cannot be read: not Linux, a worker gone; serverOK is false
+// without a server pid).
+func sampleCPU(pids []int, serverPID int) cpuSample {
+	s := cpuSample{requester: processCPU()}
 	s.busy, s.total, s.ok = machineCPU()
 	for _, pid := range pids {
 		c, ok := pidCPU(pid)
 		s.ok = s.ok && ok
 		s.workers += c
 	}
+	if serverPID > 0 {
+		s.server, s.serverOK = pidCPU(serverPID)
+	}
 	return s
 }
 
 // since gives the CPU spent per job from s0 to s over jobs jobs, split
 // into the requester (this process), the worker processes and the rest of
-// the machine (the nats-server, and whatever else runs), and how busy the
+// the nats-server (when its pid is known) and the rest of the machine
+// (the server when it is not, and whatever else runs), and how busy the
 // cores were: what explains a curve that stops rising with more workers.
 func (s cpuSample) since(s0 cpuSample, jobs int) []Figure {
 	if !s.ok || !s0.ok || jobs < 1 || s.total <= s0.total {
@@ -183,10 +191,17 @@ func (s cpuSample) since(s0 cpuSample, jobs int) []Figure {
 	}
 	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(jobs) }
 	req, wk, busy := s.requester-s0.requester, s.workers-s0.workers, s.busy-s0.busy
-	return []Figure{
+	figs := []Figure{
 		{"cpu_per_job_requester", per(req), "µs"},
 		{"cpu_per_job_workers", per(wk), "µs"},
-		{"cpu_per_job_rest", per(max(busy-req-wk, 0)), "µs"},
-		{"cpu_busy", 100 * float64(busy) / float64(s.total-s0.total), "%"},
 	}
+	rest := busy - req - wk
+	if s.serverOK && s0.serverOK {
+		srv := s.server - s0.server
+		figs = append(figs, Figure{"cpu_per_job_server", per(srv), "µs"})
+		rest -= srv
+	}
+	return append(figs,
+		Figure{"cpu_per_job_rest", per(max(rest, 0)), "µs"},
+		Figure{"cpu_busy", 100 * float64(busy) / float64(s.total-s0.total), "%"})
 }

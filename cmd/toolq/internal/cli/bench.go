@@ -27,6 +27,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 		workers       []int
 		// workerProfiles is --worker-cpuprofiles: a directory.
 		workerProfiles string
+		serverPID      int
 		scenario       string
 		clusterBin     string
 		clusterNodes   int
@@ -73,7 +74,7 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 				return scenarioProcesses(cmd, g, scenario, flow, workers, workerProfiles)
 			}
 			if len(workers) > 0 {
-				return scaleOut(cmd, g, cfg, workers, workerProfiles)
+				return scaleOut(cmd, g, cfg, workers, workerProfiles, serverPID)
 			}
 			if soak > 0 {
 				figs, err := bench.Soak(cmd.Context(), cfg, soak)
@@ -214,6 +215,7 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 	f.Float64Var(&observeRatio, "observe-sample-ratio", 1, "trace sample ratio of --observe's traced rounds (1: every trace)")
 	f.IntSliceVar(&workers, "workers", nil, "measure against the server of --nats with this many `toolq worker` processes instead, one round per count (e.g. 1,2,4); figures end in _workers_N. With --scenario concurrency or ratelimit: that scenario with this many worker processes (one count; 0 is the scenario's own, 8 or 3), one of them killed with SIGKILL in concurrency")
 	f.StringVar(&workerProfiles, "worker-cpuprofiles", "", "with --workers or --cluster-server: each worker process writes its CPU profile (pprof) into this directory as <its name>.pprof when it stops (the bench's own: --cpuprofile)")
+	f.IntVar(&serverPID, "server-pid", 0, "with --workers: the process id of the --nats server when it runs on this host; its CPU per job is then printed apart (bench.cpu_per_job_server)")
 	f.StringVar(&clusterBin, "cluster-server", "", "instead, start a cluster of nats-server processes of this executable (`make nats-server` builds the pinned one), measure with --cluster-workers worker processes on replicated streams, then kill the jobs stream's leader under a steady load: figures end in _cluster, and bench.leader_failover_stall_ms")
 	f.IntVar(&clusterNodes, "cluster-nodes", 3, "nodes (and stream replicas) of --cluster-server")
 	f.IntVar(&clusterWork, "cluster-workers", 2, "worker processes of --cluster-server")
@@ -243,7 +245,7 @@ func scenarioProcesses(cmd *cobra.Command, g *globals, scenario string, flow ben
 
 // scaleOut is bench --workers: the requester here, the workers in
 // processes of their own, the server the one --nats names.
-func scaleOut(cmd *cobra.Command, g *globals, cfg bench.Config, workers []int, workerProfiles string) error {
+func scaleOut(cmd *cobra.Command, g *globals, cfg bench.Config, workers []int, workerProfiles string, serverPID int) error {
 	if cmd.Flags().Changed("tenants") || cmd.Flags().Changed("metrics") {
 		return contracts.Errorf(contracts.CodeInvalidInput, "--workers measures plain throughput: drop --tenants and --metrics")
 	}
@@ -252,7 +254,7 @@ func scaleOut(cmd *cobra.Command, g *globals, cfg bench.Config, workers []int, w
 		return err
 	}
 	figs, err := bench.RunScaleOut(cmd.Context(), bench.ScaleOutConfig{
-		Config: cfg, URL: g.natsURL, Options: opts, Workers: workers, Start: workerProcesses(g, workerProfiles),
+		Config: cfg, URL: g.natsURL, Options: opts, Workers: workers, Start: workerProcesses(g, workerProfiles), ServerPID: serverPID,
 	})
 	if err != nil {
 		return err

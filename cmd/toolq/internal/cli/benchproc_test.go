@@ -33,13 +33,13 @@ func TestBenchScaleOut(t *testing.T) {
 	profiles := t.TempDir()
 	code, out, errOut := run(t, "--nats", srv.URL(), "bench", "--workers", "1,2", "--jobs", "600",
 		"--submitters", "4", "--concurrency", "16", "--latency-jobs", "20", "--latency-interval", "1ms",
-		"--worker-cpuprofiles", profiles)
+		"--worker-cpuprofiles", profiles, "--server-pid", strconv.Itoa(srv.Pid()))
 	require.Equal(t, 0, code, errOut)
 	figs := benchFigures(t, out)
 	for _, n := range []string{"1", "2"} {
 		names := []string{"e2e_throughput", "submit_rate", "e2e_latency_p50", "e2e_latency_p99"}
 		if runtime.GOOS == "linux" {
-			names = append(names, "cpu_per_job_requester", "cpu_per_job_workers", "cpu_busy")
+			names = append(names, "cpu_per_job_requester", "cpu_per_job_workers", "cpu_per_job_server", "cpu_busy")
 		}
 		for _, name := range names {
 			require.Positive(t, figs[name+"_workers_"+n], "%s_workers_%s in %v", name, n, figs)
