@@ -62,6 +62,13 @@ type Config struct {
 	Retry RetryConfig `json:"retry,omitempty"`
 	// Breaker tunes the per provider+model circuit breakers.
 	Breaker BreakerConfig `json:"breaker,omitempty"`
+	// Tenants, when set, keeps code_execution to these tenants ("" is the
+	// default tenant) on a worker that serves named tenants: it pulls the
+	// tool's jobs only from their streams and only their code-mode runs
+	// see it (worker.ToolConfig.Tenants). Tenants with provider keys of
+	// their own run workers of their own, each config naming its tenants.
+	// Absent: every tenant the worker serves.
+	Tenants []string `json:"tenants,omitempty"`
 	// DefaultJobTimeout bounds a Handle call whose context has no deadline;
 	// DefaultJobTimeout when 0.
 	DefaultJobTimeout time.Duration `json:"-"`
@@ -251,6 +258,14 @@ func resolve(cfg *Config, log *slog.Logger) (map[string]*backendSettings, error)
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
 		return nil, fmt.Errorf("providers: unknown provider config %q (known: %s)", unknown, strings.Join(provider.Names, ", "))
+	}
+	if cfg.Tenants != nil && len(cfg.Tenants) == 0 {
+		return nil, contracts.Errorf(contracts.CodeInvalidInput, "providers: tenants is empty: name at least one (\"\" is the default tenant) or leave it out")
+	}
+	for _, t := range cfg.Tenants {
+		if t != "" && !contracts.ValidID(t) {
+			return nil, contracts.Errorf(contracts.CodeInvalidInput, "providers: tenant %q is not a tenant id", t)
+		}
 	}
 	out := map[string]*backendSettings{}
 	for _, name := range provider.Names {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/toolq/toolq/contracts"
@@ -34,6 +35,7 @@ func Register(w *worker.Worker, cfg *Config) (*CodeExecution, error) {
 		Ready:      t.Accepting,
 		RateLimits: t.firstRate,
 		Timeout:    5 * time.Minute,
+		Tenants:    slices.Clone(cfg.Tenants),
 		Catalog: &contracts.CatalogTool{
 			Label:       "Remote code execution",
 			Description: "Run an analysis task in a model provider's server-side Python sandbox (xAI, OpenAI, Gemini, Anthropic) and return its answer, the executed code and its output.",
