@@ -40,7 +40,12 @@ func testDelayed(t *testing.T, d Driver) {
 	require.ErrorIs(t, err, scheduler.ErrNotFound)
 }
 
-// "@every 1s" fires N times in N seconds, ±1.
+// "@every 1s" fires once a second: N+1 consecutive firings have fire
+// times a whole second apart, spanning N seconds (one firing skipped for
+// a tick handled late is allowed, as in the two-instance test), each
+// stored soon after its fire time. The fire times, not the times the jobs
+// were stored, carry the count: a loaded machine delays the stores, not
+// the schedule.
 func testEvery(t *testing.T, d Driver) {
 	t.Helper()
 	const n = 5
@@ -48,22 +53,17 @@ func testEvery(t *testing.T, d Driver) {
 	e := b.engine(t)
 	s, err := e.Create(ctxT(t, 5*time.Second), b.schedule(scheduler.Schedule{ID: "tick", Every: time.Second}))
 	require.NoError(t, err)
-	first := b.jobs.waitN(t, 1, 5*time.Second)[0]
-	end := first.Stored.Add(n * time.Second)
-	// Wait for the firing due at the end of the window, then count.
-	all := b.jobs.waitFor(t, n*time.Second+5*time.Second, "window end", func(js []job) bool {
-		return len(js) > 0 && js[len(js)-1].Stored.After(end)
-	})
+	all := b.jobs.waitN(t, n+1, n*time.Second+15*time.Second)[:n+1]
 	requireOnePerFiring(t, s.ID, all)
-	in := 0
-	for _, j := range all {
-		if j.Stored.Before(end) {
-			in++
-		}
-	}
-	require.InDelta(t, n, in, 1, "jobs in %d s: %v", n, ids(all))
 	for i := 1; i < len(all); i++ {
-		require.True(t, all[i].FireTime.After(all[i-1].FireTime), "fire times not increasing: %v", ids(all))
+		step := all[i].FireTime.Sub(all[i-1].FireTime)
+		require.True(t, step > 0 && step%time.Second == 0, "fire times not a whole second apart: %v", ids(all))
+	}
+	span := all[n].FireTime.Sub(all[0].FireTime)
+	require.InDelta(t, float64(n), span.Seconds(), 1, "%d firings after the first span %s: %v", n, span, ids(all))
+	for _, j := range all {
+		// Late only by scheduling noise (see testOneShot).
+		require.Less(t, j.Stored.Sub(j.FireTime), 5*time.Second, "fired late: stored %s, fire time %s", j.Stored, j.FireTime)
 	}
 }
 
