@@ -19,8 +19,10 @@ type waiter struct {
 
 // follower demultiplexes one session's events to the waiters of its jobs.
 type follower struct {
-	cc  jetstream.ConsumeContext
-	sub *nats.Subscription // instead of cc on a tenant account
+	feed *feed
+	halt context.CancelFunc // ends the feed's run
+	done chan struct{}      // closed when the feed's run has returned
+	sub  *nats.Subscription // instead of the feed on a tenant account
 
 	mu       sync.Mutex
 	waiters  map[string][]*waiter
@@ -67,21 +69,21 @@ func (p *Producer) follow(ctx context.Context, session, jobID string, w *waiter)
 		p.followers[session] = f
 		return f, nil
 	}
-	ctx, cancel := p.withTimeout(ctx)
-	defer cancel()
-	cons, err := p.js.OrderedConsumer(ctx, p.cfg.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{p.cfg.Subjects.SessionEvents(session)},
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
-	})
+	fd, err := p.openFeed(ctx, p.cfg.Subjects.SessionEvents(session), jetstream.DeliverNewPolicy)
 	if err != nil {
 		return nil, fmt.Errorf("producer: follow session %s: %w", session, err)
 	}
-	f := &follower{waiters: map[string][]*waiter{}, lastUsed: time.Now()}
-	f.cc, err = cons.Consume(func(m jetstream.Msg) { f.dispatch(m.Data()) },
-		jetstream.PullMaxMessages(1024))
-	if err != nil {
-		return nil, fmt.Errorf("producer: follow session %s: %w", session, err)
-	}
+	f := &follower{feed: fd, done: make(chan struct{}), waiters: map[string][]*waiter{}, lastUsed: time.Now()}
+	// The feed outlives this call: it ends with stop, which waits for it.
+	rctx, halt := context.WithCancel(context.WithoutCancel(ctx))
+	f.halt = halt
+	go func() {
+		defer close(f.done)
+		_ = fd.run(rctx, func(m jetstream.Msg) error {
+			f.dispatch(m.Data())
+			return nil
+		})
+	}()
 	f.add(jobID, w)
 	p.followers[session] = f
 	return f, nil
@@ -148,7 +150,9 @@ func (f *follower) stop() {
 		_ = f.sub.Unsubscribe()
 		return
 	}
-	f.cc.Stop()
+	f.halt()
+	<-f.done
+	f.feed.close()
 }
 
 // awaitHooks let internal tests act between the steps of Await.
