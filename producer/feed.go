@@ -38,10 +38,12 @@ type feed struct {
 	stream string
 	filter string
 	hb     time.Duration
-	// tryFor bounds each request to create a consumer: one that nobody
-	// answers (no meta leader yet) is asked again soon.
-	tryFor time.Duration
-	prefix string
+	// tryFor bounds the first request to make a consumer again, doubling
+	// for each one unanswered up to maxTry: a request nobody answers (no
+	// meta leader yet, or the consumer placed on the dead server) is
+	// made again soon, and a slow cluster still gets the time it needs.
+	tryFor, maxTry time.Duration
+	prefix         string
 
 	// Owned by run (and by open before it).
 	cons   jetstream.Consumer
@@ -62,7 +64,8 @@ var errConsumerLost = errors.New("producer: session follower's consumer lost")
 func (p *Producer) openFeed(ctx context.Context, filter string, policy jetstream.DeliverPolicy) (*feed, error) {
 	f := &feed{
 		js: p.js, log: p.log, stream: p.cfg.Subjects.EventsStream(), filter: filter,
-		hb: p.cfg.FollowHeartbeat, tryFor: min(p.cfg.Timeout, followTryFor), prefix: nuid.Next(),
+		hb: p.cfg.FollowHeartbeat, tryFor: min(p.cfg.Timeout, followTryFor), maxTry: p.cfg.Timeout,
+		prefix: nuid.Next(),
 	}
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
@@ -80,8 +83,8 @@ func (p *Producer) openFeed(ctx context.Context, filter string, policy jetstream
 	return f, nil
 }
 
-// followTryFor bounds one request to make a follower's consumer.
-const followTryFor = 2 * time.Second
+// followTryFor bounds the first request to make a lost consumer again.
+const followTryFor = time.Second
 
 func (f *feed) create(ctx context.Context, policy jetstream.DeliverPolicy) (jetstream.Consumer, error) {
 	f.serial++
@@ -108,24 +111,27 @@ func (f *feed) create(ctx context.Context, policy jetstream.DeliverPolicy) (jets
 // ends (it returns ctx's error) or fn fails (it returns fn's error). It
 // makes the consumer again whenever it is lost.
 func (f *feed) run(ctx context.Context, fn func(jetstream.Msg) error) error {
-	pause := followRetryMin
+	pause, tryFor := followRetryMin, f.tryFor
 	for {
 		if f.cons == nil {
-			cctx, cancel := context.WithTimeout(ctx, f.tryFor)
+			cctx, cancel := context.WithTimeout(ctx, tryFor)
 			cons, err := f.create(cctx, jetstream.DeliverByStartSequencePolicy)
 			cancel()
 			if err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
+				// An unanswered create may still be carried out (or be
+				// placed on the dead server): delete what it made.
+				f.forget(fmt.Sprintf("%s_%d", f.prefix, f.serial))
 				f.log.Debug("remaking a session follower's consumer", slog.String("filter", f.filter), slog.Any("err", err))
 				if !sleepCtx(ctx, pause) {
 					return ctx.Err()
 				}
-				pause = min(2*pause, followRetryMax)
+				pause, tryFor = min(2*pause, followRetryMax), min(2*tryFor, f.maxTry)
 				continue
 			}
-			f.cons, pause = cons, followRetryMin
+			f.cons, pause, tryFor = cons, followRetryMin, f.tryFor
 			f.remade.Add(1)
 		}
 		err := f.pull(ctx, fn)
@@ -192,6 +198,11 @@ func (f *feed) pull(ctx context.Context, fn func(jetstream.Msg) error) error {
 func (f *feed) drop() {
 	name := f.cons.CachedInfo().Name
 	f.cons = nil
+	f.forget(name)
+}
+
+// forget deletes consumer name on the side.
+func (f *feed) forget(name string) {
 	f.deletes.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), f.tryFor)
 		defer cancel()
