@@ -118,7 +118,7 @@ func (p *Producer) followEvents(ctx context.Context, filter string, fn func(*con
 	if err != nil {
 		return fmt.Errorf("producer: read events: %w", err)
 	}
-	defer fd.close()
+	defer fd.close(ctx)
 	err = fd.run(ctx, func(m jetstream.Msg) error {
 		ev, err := contracts.DecodeEvent(m.Data())
 		if err != nil {

@@ -123,7 +123,7 @@ func (f *feed) run(ctx context.Context, fn func(jetstream.Msg) error) error {
 				}
 				// An unanswered create may still be carried out (or be
 				// placed on the dead server): delete what it made.
-				f.forget(fmt.Sprintf("%s_%d", f.prefix, f.serial))
+				f.forget(ctx, fmt.Sprintf("%s_%d", f.prefix, f.serial))
 				f.log.Debug("remaking a session follower's consumer", slog.String("filter", f.filter), slog.Any("err", err))
 				if !sleepCtx(ctx, pause) {
 					return ctx.Err()
@@ -142,7 +142,7 @@ func (f *feed) run(ctx context.Context, fn func(jetstream.Msg) error) error {
 			return err
 		}
 		f.log.Debug("session follower's consumer lost", slog.String("filter", f.filter), slog.Any("err", err))
-		f.drop()
+		f.drop(ctx)
 	}
 }
 
@@ -195,16 +195,17 @@ func (f *feed) pull(ctx context.Context, fn func(jetstream.Msg) error) error {
 // drop forgets the lost consumer and deletes it on the side (it may live
 // on a server that still answers); the server's inactivity threshold
 // removes it otherwise.
-func (f *feed) drop() {
+func (f *feed) drop(ctx context.Context) {
 	name := f.cons.CachedInfo().Name
 	f.cons = nil
-	f.forget(name)
+	f.forget(ctx, name)
 }
 
-// forget deletes consumer name on the side.
-func (f *feed) forget(name string) {
+// forget deletes consumer name on the side, also once ctx has ended.
+func (f *feed) forget(ctx context.Context, name string) {
+	base := context.WithoutCancel(ctx)
 	f.deletes.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), f.tryFor)
+		ctx, cancel := context.WithTimeout(base, f.tryFor)
 		defer cancel()
 		_ = f.js.DeleteConsumer(ctx, f.stream, name)
 	})
@@ -212,12 +213,15 @@ func (f *feed) forget(name string) {
 
 // close deletes the feed's consumer, once run has returned, and waits for
 // every delete it started.
-func (f *feed) close() {
+func (f *feed) close(ctx context.Context) {
 	if f.cons != nil {
-		f.drop()
+		f.drop(ctx)
 	}
 	f.deletes.Wait()
 }
+
+// wait waits for the deletes drop started.
+func (f *feed) wait() { f.deletes.Wait() }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)

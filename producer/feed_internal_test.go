@@ -90,7 +90,7 @@ func TestFeedRemakesADeletedConsumerWhereItLeftOff(t *testing.T) {
 	require.ErrorIs(t, <-done, context.Canceled)
 	second := fd.cons.CachedInfo().Name
 	require.NotEqual(t, first, second)
-	fd.close()
+	fd.close(ctx)
 	_, err = js.Consumer(ctx, contracts.Subjects{}.EventsStream(), second)
 	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound, "close deletes the consumer")
 }

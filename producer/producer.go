@@ -76,7 +76,7 @@ type Config struct {
 }
 
 // Producer submits jobs and follows their events. It is safe for concurrent
-// use. One ordered consumer per session followed serves every Await of that
+// use. One consumer per session followed serves every Await of that
 // session.
 type Producer struct {
 	// catalogSeq is the catalog bucket's sequence of this producer's last
@@ -529,7 +529,7 @@ func (p *Producer) Close() {
 	p.closed = true
 	p.mu.Unlock()
 	for _, f := range fs {
-		f.stop()
+		f.halt()
 	}
 }
 

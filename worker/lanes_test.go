@@ -340,7 +340,7 @@ func TestSwitchingLanesRunsADeliveredJobOnce(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- w.Start(ctx) }()
 		t.Cleanup(func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
 			require.NoError(t, w.Stop(sctx))
 		})
