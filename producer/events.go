@@ -119,8 +119,8 @@ func (p *Producer) followEvents(ctx context.Context, filter string, fn func(*con
 		return fmt.Errorf("producer: read events: %w", err)
 	}
 	defer fd.close(ctx)
-	err = fd.run(ctx, func(m jetstream.Msg) error {
-		ev, err := contracts.DecodeEvent(m.Data())
+	err = fd.run(ctx, func(data []byte) error {
+		ev, err := contracts.DecodeEvent(data)
 		if err != nil {
 			return nil // not an event: skipped, as when reading
 		}

@@ -2,9 +2,11 @@ package producer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +53,7 @@ type feed struct {
 	cursor uint64 // the stream sequence of the last message passed on
 
 	remade atomic.Int64 // consumers made again; read by tests
+	polled atomic.Int64 // messages passed on by direct gets; read by tests
 	// deletes are the goroutines deleting replaced consumers; stop waits.
 	deletes sync.WaitGroup
 }
@@ -110,7 +113,7 @@ func (f *feed) create(ctx context.Context, policy jetstream.DeliverPolicy) (jets
 // run passes every message to fn, in stream order and once each, until ctx
 // ends (it returns ctx's error) or fn fails (it returns fn's error). It
 // makes the consumer again whenever it is lost.
-func (f *feed) run(ctx context.Context, fn func(jetstream.Msg) error) error {
+func (f *feed) run(ctx context.Context, fn func([]byte) error) error {
 	pause, tryFor := followRetryMin, f.tryFor
 	for {
 		if f.cons == nil {
@@ -125,6 +128,11 @@ func (f *feed) run(ctx context.Context, fn func(jetstream.Msg) error) error {
 				// placed on the dead server): delete what it made.
 				f.forget(ctx, fmt.Sprintf("%s_%d", f.prefix, f.serial))
 				f.log.Debug("remaking a session follower's consumer", slog.String("filter", f.filter), slog.Any("err", err))
+				// Meanwhile, what the stream stored is read without a
+				// consumer.
+				if err := f.poll(ctx, fn); err != nil {
+					return err
+				}
 				if !sleepCtx(ctx, pause) {
 					return ctx.Err()
 				}
@@ -146,6 +154,52 @@ func (f *feed) run(ctx context.Context, fn func(jetstream.Msg) error) error {
 	}
 }
 
+// poll passes on what the stream stored after the cursor, read by direct
+// gets, while no consumer can be made (a cluster without a meta leader
+// answers no consumer create for seconds). Any replica answers a direct
+// get, so neither the meta leader nor the stream's leader is needed. A
+// replica holds a prefix of the stream, so the first message at or after
+// a sequence that it returns is the first the stream has there, however
+// far behind the replica is: nothing is skipped, and the cursor moves as
+// when consuming. It stops at the first answer that is not a message
+// (none stored yet, no answer, an error), or after followPollMax.
+func (f *feed) poll(ctx context.Context, fn func([]byte) error) error {
+	nc := f.js.Conn()
+	for range followPollMax {
+		body, err := json.Marshal(directGet{Seq: f.cursor + 1, NextBySubject: f.filter})
+		if err != nil {
+			return nil
+		}
+		rctx, cancel := context.WithTimeout(ctx, f.tryFor)
+		m, err := nc.RequestWithContext(rctx, "$JS.API.DIRECT.GET."+f.stream, body)
+		cancel()
+		if err != nil || m.Header.Get("Status") != "" {
+			return nil // nothing more now; the consumer or the next poll brings it
+		}
+		seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		if err != nil || seq <= f.cursor {
+			return nil
+		}
+		f.cursor = seq
+		f.polled.Add(1)
+		if err := fn(m.Data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// directGet is the request of a direct get of the next message of a
+// subject from a sequence on.
+type directGet struct {
+	Seq           uint64 `json:"seq"`
+	NextBySubject string `json:"next_by_subj"`
+}
+
+// followPollMax is how many messages one poll passes on at most before
+// the feed tries to make its consumer again.
+const followPollMax = 1024
+
 // followRetryMin and followRetryMax bound the pause between attempts to
 // make a lost consumer again.
 const (
@@ -155,7 +209,7 @@ const (
 
 // pull reads the current consumer until it fails: errConsumerLost wraps
 // the cause.
-func (f *feed) pull(ctx context.Context, fn func(jetstream.Msg) error) error {
+func (f *feed) pull(ctx context.Context, fn func([]byte) error) error {
 	it, err := f.cons.Messages(
 		jetstream.PullMaxMessages(1024),
 		jetstream.PullHeartbeat(f.hb),
@@ -186,7 +240,7 @@ func (f *feed) pull(ctx context.Context, fn func(jetstream.Msg) error) error {
 			continue // passed on already, by a consumer before this one
 		}
 		f.cursor = md.Sequence.Stream
-		if err := fn(m); err != nil {
+		if err := fn(m.Data()); err != nil {
 			return err
 		}
 	}

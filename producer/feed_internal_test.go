@@ -2,6 +2,7 @@ package producer
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -49,8 +50,8 @@ func TestFeedRemakesADeletedConsumerWhereItLeftOff(t *testing.T) {
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- fd.run(rctx, func(m jetstream.Msg) error {
-			ev, err := contracts.DecodeEvent(m.Data())
+		done <- fd.run(rctx, func(data []byte) error {
+			ev, err := contracts.DecodeEvent(data)
 			if err == nil {
 				got <- ev.Data.JobID
 			}
@@ -93,4 +94,53 @@ func TestFeedRemakesADeletedConsumerWhereItLeftOff(t *testing.T) {
 	fd.close(ctx)
 	_, err = js.Consumer(ctx, contracts.Subjects{}.EventsStream(), second)
 	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound, "close deletes the consumer")
+}
+
+// TestFeedPollReadsWhatFollowsTheCursor: while no consumer can be made, a
+// feed reads the session's events after its cursor by direct gets: the
+// session's own, in order, each once, and none of another session's.
+func TestFeedPollReadsWhatFollowsTheCursor(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartJetStream(t)
+	nc := srv.Connect(t)
+	js := testutil.JetStream(t, nc)
+	ctx := testutil.Context(t, 30*time.Second)
+	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
+	events, err := bus.NewEvents(ctx, js, contracts.Subjects{})
+	require.NoError(t, err)
+	seqs := map[string]uint64{}
+	emit := func(session, jobID string) {
+		t.Helper()
+		ev := contracts.NewEvent("/test", &contracts.Job{ID: jobID, Session: session, Tool: contracts.ToolNoop}, contracts.StatusCompleted, 1, time.Now())
+		seq, err := events.Publish(ctx, ev, 0, "")
+		require.NoError(t, err)
+		seqs[jobID] = seq
+	}
+	p, err := New(nc, &Config{Session: "p", Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	fd, err := p.openFeed(ctx, contracts.Subjects{}.SessionEvents("p"), jetstream.DeliverAllPolicy)
+	require.NoError(t, err)
+	t.Cleanup(func() { fd.close(ctx) })
+	for i := range 4 {
+		emit("p", fmt.Sprintf("p%d", i))
+		emit("q", fmt.Sprintf("q%d", i))
+	}
+	fd.cursor = seqs["p1"]
+	var got []string
+	collect := func(data []byte) error {
+		ev, err := contracts.DecodeEvent(data)
+		require.NoError(t, err)
+		got = append(got, ev.Data.JobID)
+		return nil
+	}
+	require.NoError(t, fd.poll(ctx, collect))
+	require.Equal(t, []string{"p2", "p3"}, got)
+	require.Equal(t, seqs["p3"], fd.cursor)
+	require.NoError(t, fd.poll(ctx, collect))
+	require.Equal(t, []string{"p2", "p3"}, got, "nothing twice")
+	emit("p", "p4")
+	require.NoError(t, fd.poll(ctx, collect))
+	require.Equal(t, []string{"p2", "p3", "p4"}, got)
+	require.Equal(t, int64(3), fd.polled.Load())
 }

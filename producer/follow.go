@@ -79,8 +79,8 @@ func (p *Producer) follow(ctx context.Context, session, jobID string, w *waiter)
 	f.end = end
 	go func() {
 		defer close(f.done)
-		_ = fd.run(rctx, func(m jetstream.Msg) error {
-			f.dispatch(m.Data())
+		_ = fd.run(rctx, func(data []byte) error {
+			f.dispatch(data)
 			return nil
 		})
 	}()
