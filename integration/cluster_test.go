@@ -21,9 +21,17 @@ import (
 // startCluster starts a 3-node JetStream cluster of nats-server processes.
 func startCluster(t *testing.T) []*testutil.ServerProcess {
 	t.Helper()
+	servers, _ := startMonitoredCluster(t)
+	return servers
+}
+
+// startMonitoredCluster is startCluster with each server's monitoring
+// port (its /jsz names the meta leader); server i is named toolq-<i>.
+func startMonitoredCluster(t *testing.T) ([]*testutil.ServerProcess, []int) {
+	t.Helper()
 	const n = 3
-	ports := testutil.FreePorts(t, 2*n)
-	clients, routes := ports[:n], ports[n:]
+	ports := testutil.FreePorts(t, 3*n)
+	clients, routes, monitors := ports[:n], ports[n:2*n], ports[2*n:]
 	var urls []string
 	for _, p := range routes {
 		urls = append(urls, "nats://127.0.0.1:"+strconv.Itoa(p))
@@ -35,6 +43,7 @@ func startCluster(t *testing.T) []*testutil.ServerProcess {
 			"--cluster_name", "toolq-test",
 			"--cluster", "nats://127.0.0.1:"+strconv.Itoa(routes[i]),
 			"--routes", strings.Join(urls, ","),
+			"-m", strconv.Itoa(monitors[i]),
 		)
 	}
 	t.Cleanup(func() {
@@ -44,7 +53,7 @@ func startCluster(t *testing.T) []*testutil.ServerProcess {
 			}
 		}
 	})
-	return servers
+	return servers, monitors
 }
 
 // R3 streams on a 3-node cluster: one server is SIGKILLed while jobs are

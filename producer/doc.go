@@ -14,8 +14,12 @@
 //
 // # Awaiting
 //
-// Await follows a session through one ordered consumer shared by every
-// waiter of that session and demultiplexes events to them. It subscribes
+// Await follows a session through one consumer shared by every waiter of
+// that session and demultiplexes events to them; when that consumer is lost
+// (its server died: two missed heartbeats of Config.FollowHeartbeat), the
+// follower makes another that starts after the last event it passed on, so
+// no event is lost or passed twice. ReadEvents with Follow does the same
+// for one reader. It subscribes
 // first and then reads the job's last stored event, so an event published
 // before the call is found as surely as one published after it. A context
 // without a deadline gets Config.AwaitTimeout (DefaultAwaitTimeout).

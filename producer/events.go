@@ -46,6 +46,9 @@ func (p *Producer) ReadEvents(ctx context.Context, session string, opts *ReadOpt
 	if o.JobID != "" {
 		filter = p.cfg.Subjects.Event(session, o.JobID)
 	}
+	if o.Follow {
+		return p.followEvents(ctx, filter, fn)
+	}
 	// Setting up can fail for a moment (a cluster electing a leader, a
 	// reconnect); like Await, ReadEvents tries again until ctx ends.
 	var (
@@ -68,7 +71,7 @@ func (p *Producer) ReadEvents(ctx context.Context, session string, opts *ReadOpt
 	if err != nil {
 		return fmt.Errorf("producer: read events: %w", err)
 	}
-	if info.NumPending == 0 && !o.Follow {
+	if info.NumPending == 0 {
 		return nil
 	}
 	it, err := cons.Messages()
@@ -95,13 +98,38 @@ func (p *Producer) ReadEvents(ctx context.Context, session string, opts *ReadOpt
 				return err
 			}
 		}
-		if !o.Follow {
-			md, err := m.Metadata()
-			if err == nil && md.NumPending == 0 {
-				return nil
-			}
+		md, err := m.Metadata()
+		if err == nil && md.NumPending == 0 {
+			return nil
 		}
 	}
+}
+
+// followEvents is ReadEvents with Follow: a feed from the first stored
+// event on, which makes its consumer again when it is lost (a server of a
+// cluster died), from the event after the last it passed on.
+func (p *Producer) followEvents(ctx context.Context, filter string, fn func(*contracts.Event) error) error {
+	var fd *feed
+	err := p.retrying(ctx, "follow events of "+filter, func() error {
+		var err error
+		fd, err = p.openFeed(ctx, filter, jetstream.DeliverAllPolicy)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("producer: read events: %w", err)
+	}
+	defer fd.close(ctx)
+	err = fd.run(ctx, func(data []byte) error {
+		ev, err := contracts.DecodeEvent(data)
+		if err != nil {
+			return nil // not an event: skipped, as when reading
+		}
+		return fn(ev)
+	})
+	if errors.Is(err, ErrStop) {
+		return nil
+	}
+	return err
 }
 
 // replayBuffer is how many live events a following tenant read holds while

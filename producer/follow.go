@@ -19,8 +19,10 @@ type waiter struct {
 
 // follower demultiplexes one session's events to the waiters of its jobs.
 type follower struct {
-	cc  jetstream.ConsumeContext
-	sub *nats.Subscription // instead of cc on a tenant account
+	feed *feed
+	end  context.CancelFunc // ends the feed's run
+	done chan struct{}      // closed when the feed's run has returned
+	sub  *nats.Subscription // instead of the feed on a tenant account
 
 	mu       sync.Mutex
 	waiters  map[string][]*waiter
@@ -48,7 +50,7 @@ func (p *Producer) follow(ctx context.Context, session, jobID string, w *waiter)
 		f.add(jobID, w)
 		return f, nil
 	}
-	p.sweepLocked(time.Now())
+	p.sweepLocked(ctx, time.Now())
 	if p.cfg.TenantAccount {
 		// The tenant's events are imported as plain messages: subscribe.
 		f := &follower{waiters: map[string][]*waiter{}, lastUsed: time.Now()}
@@ -67,21 +69,21 @@ func (p *Producer) follow(ctx context.Context, session, jobID string, w *waiter)
 		p.followers[session] = f
 		return f, nil
 	}
-	ctx, cancel := p.withTimeout(ctx)
-	defer cancel()
-	cons, err := p.js.OrderedConsumer(ctx, p.cfg.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{p.cfg.Subjects.SessionEvents(session)},
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
-	})
+	fd, err := p.openFeed(ctx, p.cfg.Subjects.SessionEvents(session), jetstream.DeliverNewPolicy)
 	if err != nil {
 		return nil, fmt.Errorf("producer: follow session %s: %w", session, err)
 	}
-	f := &follower{waiters: map[string][]*waiter{}, lastUsed: time.Now()}
-	f.cc, err = cons.Consume(func(m jetstream.Msg) { f.dispatch(m.Data()) },
-		jetstream.PullMaxMessages(1024))
-	if err != nil {
-		return nil, fmt.Errorf("producer: follow session %s: %w", session, err)
-	}
+	f := &follower{feed: fd, done: make(chan struct{}), waiters: map[string][]*waiter{}, lastUsed: time.Now()}
+	// The feed outlives this call: it ends with stop, which waits for it.
+	rctx, end := context.WithCancel(context.WithoutCancel(ctx))
+	f.end = end
+	go func() {
+		defer close(f.done)
+		_ = fd.run(rctx, func(data []byte) error {
+			f.dispatch(data)
+			return nil
+		})
+	}()
 	f.add(jobID, w)
 	p.followers[session] = f
 	return f, nil
@@ -89,13 +91,13 @@ func (p *Producer) follow(ctx context.Context, session, jobID string, w *waiter)
 
 // sweepLocked stops followers that had no waiter for followerIdle, so a
 // long-lived producer that touches many sessions keeps few consumers.
-func (p *Producer) sweepLocked(now time.Time) {
+func (p *Producer) sweepLocked(ctx context.Context, now time.Time) {
 	for s, f := range p.followers {
 		f.mu.Lock()
 		idle := len(f.waiters) == 0 && now.Sub(f.lastUsed) > followerIdle
 		f.mu.Unlock()
 		if idle {
-			f.stop()
+			f.stop(ctx)
 			delete(p.followers, s)
 		}
 	}
@@ -143,12 +145,27 @@ func (f *follower) remove(jobID string, w *waiter) {
 	}
 }
 
-func (f *follower) stop() {
+func (f *follower) stop(ctx context.Context) {
 	if f.sub != nil {
 		_ = f.sub.Unsubscribe()
 		return
 	}
-	f.cc.Stop()
+	f.end()
+	<-f.done
+	f.feed.close(ctx)
+}
+
+// halt is stop for a closing producer, which has no context to delete the
+// consumer with: the server's inactivity threshold (5 min) removes it, as
+// it removed the ordered consumers before.
+func (f *follower) halt() {
+	if f.sub != nil {
+		_ = f.sub.Unsubscribe()
+		return
+	}
+	f.end()
+	<-f.done
+	f.feed.wait()
 }
 
 // awaitHooks let internal tests act between the steps of Await.

@@ -67,10 +67,16 @@ type Config struct {
 	// ServedTTL is how long a tool found served is remembered; one minute
 	// by default.
 	ServedTTL time.Duration
+	// FollowHeartbeat is the idle heartbeat a session's follower (Await's,
+	// and ReadEvents with Follow) asks of its consumer; after two missed
+	// ones the follower makes its consumer again from the event after the
+	// last it passed on, so it comes back soon after the consumer's server
+	// dies. DefaultFollowHeartbeat (1 s) when zero; at least 100 ms.
+	FollowHeartbeat time.Duration
 }
 
 // Producer submits jobs and follows their events. It is safe for concurrent
-// use. One ordered consumer per session followed serves every Await of that
+// use. One consumer per session followed serves every Await of that
 // session.
 type Producer struct {
 	// catalogSeq is the catalog bucket's sequence of this producer's last
@@ -131,6 +137,12 @@ func New(nc *nats.Conn, cfg *Config) (*Producer, error) {
 	}
 	if c.ServedTTL < 0 {
 		return nil, errors.New("producer: negative served TTL")
+	}
+	if c.FollowHeartbeat == 0 {
+		c.FollowHeartbeat = DefaultFollowHeartbeat
+	}
+	if c.FollowHeartbeat < 100*time.Millisecond {
+		return nil, errors.New("producer: follow heartbeat below 100ms")
 	}
 	if c.Name == "" {
 		c.Name = nuid.Next()
@@ -517,7 +529,7 @@ func (p *Producer) Close() {
 	p.closed = true
 	p.mu.Unlock()
 	for _, f := range fs {
-		f.stop()
+		f.halt()
 	}
 }
 

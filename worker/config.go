@@ -58,8 +58,10 @@ type Config struct {
 	// at the cost of SessionLanes times the consumers and idle pulls. Off
 	// (the default), one consumer a level takes every lane's subjects in
 	// the order they came. Give every worker of a deployment the same: a
-	// worker that starts with the other setting takes the consumers over
-	// (a job in flight on a consumer it removes is delivered again).
+	// worker that starts with the other setting takes the consumers over,
+	// once they are paused and nothing they delivered is pending (at most
+	// StopTimeout; a job still running then leaves them as they are until
+	// a later start), so no job is run twice or left behind by the switch.
 	SessionLanes bool
 	// TenantQueueLimit caps the queued and running jobs of a tenant over
 	// all tools when its record names no limit (the server refuses a submit

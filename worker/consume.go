@@ -53,6 +53,10 @@ type level struct {
 // Config.SessionLanes, one a level and lane instead (a NormalOnly tool's
 // one takes its plain subject only). The consumers of a step are made at
 // once: a worker's start waits for one or two round trips a tool.
+//
+// Switching between the two ways moves the lanes' jobs from one consumer
+// to another without running a delivered job twice or leaving a queued one
+// behind (splitLevel, foldLanes; RATIONALE "Fairness between sessions").
 func (w *Worker) makeConsumers(ctx context.Context, stream string, t *tool) ([]*level, error) {
 	var levels []contracts.Priority
 	for _, p := range contracts.Priorities {
@@ -60,40 +64,177 @@ func (w *Worker) makeConsumers(ctx context.Context, stream string, t *tool) ([]*
 			levels = append(levels, p)
 		}
 	}
-	apart := w.cfg.SessionLanes && !t.cfg.NormalOnly
-	base, err := w.makeLevels(ctx, stream, t, levels, 0, apart)
-	if err == nil && !apart && !t.cfg.NormalOnly {
-		return base, nil
-	}
-	if err != nil && (apart || !isOverlap(err)) {
-		return nil, err
-	}
-	if err != nil {
-		// A worker with lanes apart made their consumers; folding them
-		// into the levels' filters overlaps until they are gone.
-		for _, p := range levels {
-			for lane := 1; lane < contracts.SessionLanes; lane++ {
-				if derr := w.js.DeleteConsumer(ctx, stream, w.cfg.Subjects.ConsumerNameLane(t.name, p, lane)); derr != nil && !errors.Is(derr, jetstream.ErrConsumerNotFound) {
-					return nil, fmt.Errorf("worker: fold lanes of %s: %w", t.name, derr)
-				}
-			}
-		}
+	if t.cfg.NormalOnly {
 		return w.makeLevels(ctx, stream, t, levels, 0, false)
 	}
-	if !apart {
-		return base, nil
+	if w.cfg.SessionLanes {
+		return w.makeApart(ctx, stream, t, levels)
 	}
-	// Lane 0 of each level filters its plain subject only by now, so the
-	// other lanes' consumers do not overlap it.
-	made := base
-	for lane := 1; lane < contracts.SessionLanes; lane++ {
-		more, err := w.makeLevels(ctx, stream, t, levels, lane, true)
+	base, err := w.makeLevels(ctx, stream, t, levels, 0, false)
+	if err == nil || !isOverlap(err) {
+		return base, err
+	}
+	// A worker with lanes apart made their consumers: fold them into the
+	// levels' once nothing they delivered is in flight.
+	folded, err := w.foldLanes(ctx, stream, t, levels)
+	if err != nil {
+		return nil, err
+	}
+	if !folded {
+		w.log.Warn("session lanes stay apart: jobs they delivered were still running", slog.String("tool", t.name),
+			slog.String("stream", stream), slog.Duration("waited", w.cfg.StopTimeout))
+		return w.makeApart(ctx, stream, t, levels)
+	}
+	return w.makeLevels(ctx, stream, t, levels, 0, false)
+}
+
+// makeApart makes a consumer for each level and lane of t, splitting the
+// levels whose consumer still takes every lane first. A level that cannot
+// be split yet (a job it delivered still runs at the deadline) keeps its
+// one consumer for all lanes until a later start.
+func (w *Worker) makeApart(ctx context.Context, stream string, t *tool, levels []contracts.Priority) ([]*level, error) {
+	var made []*level
+	for _, p := range levels {
+		split, err := w.splitLevel(ctx, stream, t, p)
 		if err != nil {
 			return nil, err
 		}
-		made = append(made, more...)
+		if !split {
+			w.log.Warn("session lanes stay folded: jobs the level's consumer delivered were still running", slog.String("tool", t.name),
+				slog.String("stream", stream), slog.String("priority", string(p)), slog.Duration("waited", w.cfg.StopTimeout))
+			more, err := w.makeLevels(ctx, stream, t, []contracts.Priority{p}, 0, false)
+			if err != nil {
+				return nil, err
+			}
+			made = append(made, more...)
+			continue
+		}
+		for lane := range contracts.SessionLanes {
+			more, err := w.makeLevels(ctx, stream, t, []contracts.Priority{p}, lane, true)
+			if err != nil {
+				return nil, err
+			}
+			made = append(made, more...)
+		}
 	}
 	return made, nil
+}
+
+// splitLevel narrows level p's consumer of t to lane 0 when it takes
+// every lane, so that the lanes can get consumers of their own. A job that
+// consumer delivered may still be running, and a work-queue consumer can
+// only start at the stream's start: a lane's new consumer would deliver
+// that job a second time while it runs (the narrowed consumer still owns
+// it: its ack counts, and it redelivers it after its ack wait). So the
+// level's consumer is paused and split only once nothing it delivered is
+// pending; everything left in the stream has then never been delivered,
+// and each lane's consumer takes its part once. It reports false, with the
+// consumer resumed as it was, when a delivery was still pending at the
+// deadline (the stop timeout).
+func (w *Worker) splitLevel(ctx context.Context, stream string, t *tool, p contracts.Priority) (bool, error) {
+	name := w.cfg.Subjects.ConsumerNameAt(t.name, p)
+	cons, err := w.js.Consumer(ctx, stream, name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("worker: split lanes of %s: %w", t.name, err)
+	}
+	if len(cons.CachedInfo().Config.FilterSubjects) <= 1 {
+		return true, nil // split already
+	}
+	names := []string{name}
+	quiet, err := w.quiesce(ctx, stream, names)
+	if err != nil || !quiet {
+		return false, err
+	}
+	defer w.resumeAll(ctx, stream, names)
+	if _, err := w.js.CreateOrUpdateConsumer(ctx, stream, w.consumerConfig(t, p, 0, true)); err != nil {
+		return false, fmt.Errorf("worker: split lanes of %s: narrow: %w", t.name, err)
+	}
+	return true, nil
+}
+
+// foldLanes removes the consumers of t's levels and lanes, so that each
+// level gets one consumer taking every lane, once nothing they delivered
+// is running. A widened level's consumer would go on from its own last
+// delivery, past the queued jobs of lanes whose consumers were behind it,
+// and a job a removed consumer delivered could no longer be acknowledged
+// and would be delivered again while it runs. So every consumer of t is
+// paused, and once none has a delivery pending (within the stop timeout)
+// all are deleted: the level's new consumer delivers what is left in the
+// stream, from its start, none of it delivered before. It reports false,
+// with every consumer resumed and kept, when a delivery was still pending
+// at the deadline (a long or parked job): the lanes then stay apart.
+func (w *Worker) foldLanes(ctx context.Context, stream string, t *tool, levels []contracts.Priority) (bool, error) {
+	var names []string
+	for _, p := range levels {
+		for lane := range contracts.SessionLanes {
+			names = append(names, w.cfg.Subjects.ConsumerNameLane(t.name, p, lane))
+		}
+	}
+	quiet, err := w.quiesce(ctx, stream, names)
+	if err != nil || !quiet {
+		return false, err
+	}
+	for _, name := range names {
+		if err := w.js.DeleteConsumer(ctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			w.resumeAll(ctx, stream, names)
+			return false, fmt.Errorf("worker: fold lanes of %s: %w", t.name, err)
+		}
+	}
+	return true, nil
+}
+
+// quiesce pauses the consumers names of stream (those that exist) and
+// waits until none has a delivery pending: true, with them still paused.
+// At the stop timeout it resumes them and reports false.
+func (w *Worker) quiesce(ctx context.Context, stream string, names []string) (bool, error) {
+	until := time.Now().Add(w.cfg.StopTimeout)
+	for _, name := range names {
+		if _, err := w.js.PauseConsumer(ctx, stream, name, until); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			w.resumeAll(ctx, stream, names)
+			return false, fmt.Errorf("worker: pause %s: %w", name, err)
+		}
+	}
+	for {
+		pending := 0
+		for _, name := range names {
+			cons, err := w.js.Consumer(ctx, stream, name)
+			if errors.Is(err, jetstream.ErrConsumerNotFound) {
+				continue
+			}
+			if err != nil {
+				w.resumeAll(ctx, stream, names)
+				return false, fmt.Errorf("worker: %s: %w", name, err)
+			}
+			pending += cons.CachedInfo().NumAckPending
+		}
+		if pending == 0 {
+			return true, nil
+		}
+		if time.Now().After(until.Add(-time.Second)) {
+			w.resumeAll(ctx, stream, names)
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			w.resumeAll(ctx, stream, names)
+			return false, ctx.Err()
+		case <-time.After(100 * time.Millisecond): // polling the server's count
+		}
+	}
+}
+
+// resumeAll resumes the consumers names of stream that exist.
+func (w *Worker) resumeAll(ctx context.Context, stream string, names []string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	for _, name := range names {
+		if _, err := w.js.ResumeConsumer(rctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			w.log.Warn("cannot resume a consumer after a lane switch", slog.String("consumer", name), slog.Any("err", err))
+		}
+	}
 }
 
 // isOverlap reports the server's refusal of a work-queue consumer whose
@@ -107,6 +248,30 @@ func isOverlap(err error) bool {
 // whose filter overlaps another consumer's.
 const errWQConsumerNotUnique jetstream.ErrorCode = 10100
 
+// consumerConfig is the configuration of t's consumer of level p on lane
+// (apart), or on every lane (not apart: lane is 0).
+func (w *Worker) consumerConfig(t *tool, p contracts.Priority, lane int, apart bool) jetstream.ConsumerConfig {
+	cfg := jetstream.ConsumerConfig{
+		Durable:       w.cfg.Subjects.ConsumerNameLane(t.name, p, lane),
+		Description:   "toolq workers of " + t.name + " at priority " + string(p),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       t.cfg.AckWait,
+		MaxDeliver:    t.cfg.Retry.MaxAttempts,
+		MaxAckPending: t.cfg.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+	switch {
+	case apart && lane > 0:
+		cfg.Description += fmt.Sprintf(", session lane %d", lane)
+		cfg.FilterSubject = w.cfg.Subjects.TenantJobLane(t.tenant, t.name, p, lane)
+	case apart || t.cfg.NormalOnly:
+		cfg.FilterSubject = w.cfg.Subjects.TenantJobAt(t.tenant, t.name, p)
+	default:
+		cfg.FilterSubjects = w.cfg.Subjects.TenantJobLanes(t.tenant, t.name, p)
+	}
+	return cfg
+}
+
 // makeLevels makes one consumer of t for each of levels, on lane (apart),
 // or on every lane (not apart: lane is 0).
 func (w *Worker) makeLevels(ctx context.Context, stream string, t *tool, levels []contracts.Priority, lane int, apart bool) ([]*level, error) {
@@ -114,24 +279,7 @@ func (w *Worker) makeLevels(ctx context.Context, stream string, t *tool, levels 
 	var g errgroup.Group
 	for i, p := range levels {
 		g.Go(func() error {
-			cfg := jetstream.ConsumerConfig{
-				Durable:       w.cfg.Subjects.ConsumerNameLane(t.name, p, lane),
-				Description:   "toolq workers of " + t.name + " at priority " + string(p),
-				AckPolicy:     jetstream.AckExplicitPolicy,
-				AckWait:       t.cfg.AckWait,
-				MaxDeliver:    t.cfg.Retry.MaxAttempts,
-				MaxAckPending: t.cfg.MaxAckPending,
-				DeliverPolicy: jetstream.DeliverAllPolicy,
-			}
-			switch {
-			case apart && lane > 0:
-				cfg.Description += fmt.Sprintf(", session lane %d", lane)
-				cfg.FilterSubject = w.cfg.Subjects.TenantJobLane(t.tenant, t.name, p, lane)
-			case apart || t.cfg.NormalOnly:
-				cfg.FilterSubject = w.cfg.Subjects.TenantJobAt(t.tenant, t.name, p)
-			default:
-				cfg.FilterSubjects = w.cfg.Subjects.TenantJobLanes(t.tenant, t.name, p)
-			}
+			cfg := w.consumerConfig(t, p, lane, apart)
 			cons, err := w.js.CreateOrUpdateConsumer(ctx, stream, cfg)
 			if err != nil {
 				return fmt.Errorf("worker: consumer for %s at %s: %w", t.name, p, err)

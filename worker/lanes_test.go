@@ -1,10 +1,12 @@
 package worker_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -272,4 +274,123 @@ func TestLanesDoNotWidenATenantsShare(t *testing.T) {
 	// which on a quiet CI machine moved a share by 5.
 	require.InDelta(t, 20, spread, 6, "SPREAD got %d of the first 40 starts", spread)
 	require.Len(t, lanes, contracts.SessionLanes, "SPREAD's lanes took turns")
+}
+
+// TestSwitchingLanesRunsADeliveredJobOnce switches a tool's lanes apart and
+// back, each time while a job is running. A work-queue consumer can only
+// start at the stream's start, so the switching worker pauses the
+// consumers it replaces and waits until what they delivered is
+// acknowledged: made at once, the lane's new consumer delivered the
+// running job a second time, and the level's consumer, widened in place,
+// went on past a job queued on the lane before its last delivery, which
+// never ran.
+func TestSwitchingLanesRunsADeliveredJobOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s := contracts.Subjects{}
+	ctx := testutil.Context(t, 60*time.Second)
+	laned, plain := "", ""
+	for i := 0; laned == "" || plain == ""; i++ {
+		s := fmt.Sprintf("s%d", i)
+		if contracts.LaneOf(s) == 0 {
+			plain = cmp.Or(plain, s)
+		} else {
+			laned = cmp.Or(laned, s)
+		}
+	}
+	var (
+		mu   sync.Mutex
+		runs = map[string]int{}
+	)
+	started := make(chan string, 16)
+	release := map[string]chan struct{}{"hold1": make(chan struct{}), "hold2": make(chan struct{})}
+	register := func(slots int) func(w *worker.Worker) {
+		return func(w *worker.Worker) {
+			require.NoError(t, w.Register("sw", worker.HandlerFunc(func(ctx context.Context, job *contracts.Job) (json.RawMessage, error) {
+				mu.Lock()
+				runs[job.ID]++
+				mu.Unlock()
+				started <- job.ID
+				if ch := release[job.ID]; ch != nil {
+					select {
+					case <-ch:
+					case <-ctx.Done():
+					}
+				}
+				return json.RawMessage(`1`), nil
+			}), &worker.ToolConfig{Concurrency: slots}))
+		}
+	}
+	next := func() string {
+		t.Helper()
+		select {
+		case id := <-started:
+			return id
+		case <-ctx.Done():
+			t.Fatal("no job started")
+			return ""
+		}
+	}
+	// startAsync starts a worker whose Start waits for the switch.
+	startAsync := func(cfg *worker.Config) <-chan error {
+		cfg.Logger = quiet
+		w, err := worker.New(b.srv.Connect(t), cfg)
+		require.NoError(t, err)
+		register(1)(w)
+		done := make(chan error, 1)
+		go func() { done <- w.Start(ctx) }()
+		t.Cleanup(func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			require.NoError(t, w.Stop(sctx))
+		})
+		return done
+	}
+	waitPaused := func(consumer string) {
+		t.Helper()
+		require.Eventually(t, func() bool { // polling the server
+			c, err := b.js.Consumer(ctx, s.JobsStream(), consumer)
+			return err == nil && c.CachedInfo().Paused
+		}, 10*time.Second, 10*time.Millisecond, "%s was not paused for the switch", consumer)
+	}
+
+	b.startWorker(t, nil, register(2)) // folded
+	hold1 := b.submit(t, "sw", ``, &producer.SubmitOpts{ID: "hold1", Session: laned})
+	require.Equal(t, "hold1", next())
+
+	// Apart, while hold1 runs: the split waits for it.
+	apart := startAsync(&worker.Config{SessionLanes: true})
+	waitPaused(s.ConsumerNameAt("sw", contracts.PriorityNormal))
+	close(release["hold1"])
+	require.Equal(t, contracts.StatusCompleted, b.await(t, hold1).Data.Status)
+	require.NoError(t, <-apart)
+	_, err := b.js.Consumer(ctx, s.JobsStream(), s.ConsumerNameLane("sw", contracts.PriorityNormal, contracts.LaneOf(laned)))
+	require.NoError(t, err, "the lane has its consumer")
+	after := b.submit(t, "sw", ``, &producer.SubmitOpts{ID: "after", Session: laned})
+	require.Equal(t, "after", next(), "the lane's consumer delivered the running job again")
+	require.Equal(t, contracts.StatusCompleted, b.await(t, after).Data.Status)
+
+	// hold2 runs on the apart worker's one slot, from the lane's consumer;
+	// queued waits on the lane; zero, on lane 0, runs on the folded
+	// worker: the level's consumer has delivered past queued.
+	hold2 := b.submit(t, "sw", ``, &producer.SubmitOpts{ID: "hold2", Session: laned})
+	require.Equal(t, "hold2", next())
+	queued := b.submit(t, "sw", ``, &producer.SubmitOpts{ID: "queued", Session: laned})
+	zero := b.submit(t, "sw", ``, &producer.SubmitOpts{ID: "zero", Session: plain})
+	require.Equal(t, "zero", next())
+	require.Equal(t, contracts.StatusCompleted, b.await(t, zero).Data.Status)
+
+	// Folded again, while hold2 runs: the fold waits for it.
+	folded := startAsync(&worker.Config{})
+	waitPaused(s.ConsumerNameLane("sw", contracts.PriorityNormal, contracts.LaneOf(laned)))
+	close(release["hold2"])
+	require.Equal(t, contracts.StatusCompleted, b.await(t, hold2).Data.Status)
+	require.NoError(t, <-folded)
+	require.Equal(t, "queued", next(), "the queued lane job was left behind")
+	require.Equal(t, contracts.StatusCompleted, b.await(t, queued).Data.Status)
+	_, err = b.js.Consumer(ctx, s.JobsStream(), s.ConsumerNameLane("sw", contracts.PriorityNormal, 1))
+	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound, "folded: the lanes' consumers are gone")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[string]int{"hold1": 1, "after": 1, "hold2": 1, "queued": 1, "zero": 1}, runs)
 }

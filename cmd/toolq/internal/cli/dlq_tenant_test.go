@@ -131,7 +131,7 @@ func TestDLQTenants(t *testing.T) {
 	code, out, errOut = run(t, "--nats", b.operator, "dlq", "requeue", "t1", "--tenant", "ACME")
 	require.Equal(t, 0, code, errOut)
 	newID := fmt.Sprintf("t1_rq%d", acme[0].Seq)
-	require.Contains(t, out, "as "+newID+" on toolq.t.ACME.jobs.flaky")
+	require.Contains(t, out, "as "+newID+" on "+contracts.Subjects{}.TenantSessionJob("ACME", &contracts.Job{Tool: "flaky", Session: "s"}), "on the session's lane")
 	ev := awaitEvent(t, b.url, b.as("ACME"), "s", newID, contracts.StatusCompleted)
 	require.Equal(t, "t1", ev.Data.Meta[operator.MetaRequeuedFrom])
 	code, out, errOut = run(t, append(append([]string{"--nats", b.url}, b.as("GLOBEX")...), "events", "--session", "s")...)

@@ -234,7 +234,7 @@ func TestDLQLsShowRequeue(t *testing.T) {
 	code, out, errOut = run(t, "--nats", b.url, "dlq", "requeue", "job-a1")
 	require.Equal(t, 0, code, errOut)
 	newID := fmt.Sprintf("job-a1_rq%d", seqA1)
-	require.Contains(t, out, "as "+newID+" on toolq.jobs.flaky")
+	require.Contains(t, out, "as "+newID+" on toolq.jobs.~s1.flaky", "on the session's lane (sa's is 1)")
 	ev := awaitEvent(t, b.url, nil, "sa", newID, contracts.StatusCompleted)
 	require.Equal(t, 1, ev.Data.Attempt)
 	require.JSONEq(t, `{"id":"job-a1"}`, string(ev.Data.Result))

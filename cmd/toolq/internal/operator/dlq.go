@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -293,7 +294,8 @@ type Requeued struct {
 }
 
 // Requeue republishes d's job and then deletes d. The job goes to its
-// tool's subject of its tenant and level under RequeueID, with the id as
+// tool's subject of its tenant, level and session lane (JobSubject) under
+// RequeueID, with the id as
 // Nats-Msg-Id, so a rerun after a crash between the publish and the delete
 // is a duplicate the server drops; past the duplicate window, a job that
 // already has events is not published again.
@@ -303,7 +305,7 @@ func (q *DLQ) Requeue(ctx context.Context, d *DeadLetter, events *bus.Events) (*
 		return nil, contracts.Errorf(contracts.CodeInvalidInput, "%v", err)
 	}
 	s := q.s
-	r := &Requeued{Seq: d.Seq, JobID: d.DL.JobID, RequeuedAs: job.ID, Tenant: job.Tenant, Session: job.Session, Subject: s.TenantJobAt(job.Tenant, job.Tool, job.Priority)}
+	r := &Requeued{Seq: d.Seq, JobID: d.DL.JobID, RequeuedAs: job.ID, Tenant: job.Tenant, Session: job.Session}
 	ev, _, err := events.LastIn(ctx, job.Tenant, job.Session, job.ID)
 	if err != nil {
 		return nil, fmt.Errorf("dead letter %d: reading the events of %s: %w", d.Seq, job.ID, err)
@@ -311,11 +313,14 @@ func (q *DLQ) Requeue(ctx context.Context, d *DeadLetter, events *bus.Events) (*
 	if ev != nil {
 		r.Already = true
 	} else {
-		dup, err := PublishJob(ctx, q.js, s, job)
+		subject, dup, err := PublishJob(ctx, q.js, s, job)
 		if err != nil {
 			return nil, fmt.Errorf("dead letter %d: %w; the dead letter is kept", d.Seq, err)
 		}
-		r.Already = dup
+		r.Already, r.Subject = dup, subject
+	}
+	if r.Subject == "" {
+		r.Subject = JobSubject(ctx, q.js, s, job)
 	}
 	// Only now that the bus holds the job: a crash before this line leaves
 	// the dead letter, and a rerun publishes the same id again.
@@ -392,22 +397,23 @@ func (q *DLQ) Purge(ctx context.Context, seqs []uint64, upTo bool) (int, error) 
 	return purged, nil
 }
 
-// PublishJob publishes job, validated, on its tool's subject of its tenant
-// (Subjects.TenantJob) with its id as Nats-Msg-Id, as the operator does:
-// the toolq account reaches every tenant's jobs stream. dup says the bus
-// held the id already (nothing was enqueued).
-func PublishJob(ctx context.Context, js jetstream.JetStream, s contracts.Subjects, job *contracts.Job) (dup bool, err error) {
+// PublishJob publishes job, validated, on JobSubject (its tool's subject
+// of its tenant, level and session lane) with its id as Nats-Msg-Id, as
+// the operator does: the toolq account reaches every tenant's jobs
+// stream. It returns the subject; dup says the bus held the id already
+// (nothing was enqueued).
+func PublishJob(ctx context.Context, js jetstream.JetStream, s contracts.Subjects, job *contracts.Job) (subject string, dup bool, err error) {
 	if err := job.Validate(); err != nil {
-		return false, err
+		return "", false, err
 	}
 	if job.Tenant != "" && !contracts.ValidID(job.Tenant) {
-		return false, contracts.Errorf(contracts.CodeInvalidInput, "tenant %q is not a valid id", job.Tenant)
+		return "", false, contracts.Errorf(contracts.CodeInvalidInput, "tenant %q is not a valid id", job.Tenant)
 	}
 	data, err := json.Marshal(job)
 	if err != nil {
-		return false, err
+		return "", false, err
 	}
-	subject := s.TenantJobAt(job.Tenant, job.Tool, job.Priority)
+	subject = JobSubject(ctx, js, s, job)
 	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: data}, jetstream.WithMsgID(contracts.DedupID(job)))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoStreamResponse) {
@@ -415,9 +421,39 @@ func PublishJob(ctx context.Context, js jetstream.JetStream, s contracts.Subject
 			if job.Tenant != "" {
 				hint = "is tenant " + job.Tenant + " still registered (toolq tenant ls)?"
 			}
-			return false, fmt.Errorf("no stream takes %s (%s)", subject, hint)
+			return "", false, fmt.Errorf("no stream takes %s (%s)", subject, hint)
 		}
-		return false, fmt.Errorf("publish: %w", err)
+		return "", false, fmt.Errorf("publish: %w", err)
 	}
-	return ack.Duplicate, nil
+	return subject, ack.Duplicate, nil
+}
+
+// JobSubject is the subject the operator puts job on: as a producer
+// would, its tool's subject of its tenant and level on its session's lane
+// (contracts.Subjects.TenantSessionJob; the plain one for a guarded tool),
+// unless the tool's workers take only the plain subject of the level
+// (workers from before lanes: the level's consumer filters no lane and
+// lane 1 has no consumer of its own). A level nobody consumes yet gets
+// the lane, as a tenant's producer's job does.
+func JobSubject(ctx context.Context, js jetstream.JetStream, s contracts.Subjects, job *contracts.Job) string {
+	lane := s.TenantSessionJob(job.Tenant, job)
+	plain := s.TenantJobAt(job.Tenant, job.Tool, job.Priority)
+	if lane == plain {
+		return plain
+	}
+	stream := s.JobsStream()
+	if job.Tenant != "" {
+		stream = s.TenantJobsStream(job.Tenant)
+	}
+	cons, err := js.Consumer(ctx, stream, s.ConsumerNameAt(job.Tool, job.Priority))
+	if err != nil {
+		return lane
+	}
+	if slices.Contains(cons.CachedInfo().Config.FilterSubjects, s.TenantJobLane(job.Tenant, job.Tool, job.Priority, 1)) {
+		return lane
+	}
+	if _, err := js.Consumer(ctx, stream, s.ConsumerNameLane(job.Tool, job.Priority, 1)); err == nil {
+		return lane
+	}
+	return plain
 }

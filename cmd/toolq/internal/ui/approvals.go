@@ -299,7 +299,7 @@ func (s *Server) relay(ctx context.Context, d *contracts.ExecDecision) (*contrac
 		return nil, nil, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if _, err := operator.PublishJob(ctx, s.js, s.cfg.Subjects, job); err != nil {
+	if _, _, err := operator.PublishJob(ctx, s.js, s.cfg.Subjects, job); err != nil {
 		return nil, nil, err
 	}
 	s.log.Info("console relayed a decision", "tenant", d.Tenant, "approval", d.ApprovalID, "verdict", d.Verdict, "approver", d.Approver, "decide_job", job.ID)

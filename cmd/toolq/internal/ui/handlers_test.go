@@ -330,7 +330,7 @@ func (b *bundle) pendingTenantExec(t *testing.T, tenant, command string) (*contr
 	input, err := json.Marshal(contracts.ExecInput{Command: command})
 	require.NoError(t, err)
 	job := &contracts.Job{ID: strings.ToLower(tenant) + "-exec", Tool: contracts.ToolExec, Session: "agent", Input: input, Tenant: tenant}
-	_, err = operator.PublishJob(ctx, js, contracts.Subjects{}, job)
+	_, _, err = operator.PublishJob(ctx, js, contracts.Subjects{}, job)
 	require.NoError(t, err)
 	last := func() contracts.Status {
 		ev, _, err := events.LastIn(ctx, tenant, "agent", job.ID)

@@ -1,0 +1,146 @@
+package producer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolq/toolq/contracts"
+	"github.com/toolq/toolq/internal/bus"
+	"github.com/toolq/toolq/internal/testutil"
+)
+
+// TestFeedRemakesADeletedConsumerWhereItLeftOff: the server deletes a
+// session follower's consumer (as when the server hosting it dies); the
+// feed makes a new one that starts after the last event it passed on.
+// Events stored before the feed opened, or passed on before the loss,
+// would come again from a consumer made from the start (or from the first
+// sequence), and one stored while no consumer existed would be lost by a
+// new-only consumer: the test sees each event once, in order.
+func TestFeedRemakesADeletedConsumerWhereItLeftOff(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartJetStream(t)
+	nc := srv.Connect(t)
+	js := testutil.JetStream(t, nc)
+	ctx := testutil.Context(t, 30*time.Second)
+	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
+	events, err := bus.NewEvents(ctx, js, contracts.Subjects{})
+	require.NoError(t, err)
+	emit := func(jobID string) {
+		t.Helper()
+		ev := contracts.NewEvent("/test", &contracts.Job{ID: jobID, Session: "f", Tool: contracts.ToolNoop}, contracts.StatusCompleted, 1, time.Now())
+		_, err := events.Publish(ctx, ev, 0, "")
+		require.NoError(t, err)
+	}
+	p, err := New(nc, &Config{Session: "f", Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+
+	emit("before-1")
+	emit("before-2")
+	fd, err := p.openFeed(ctx, contracts.Subjects{}.SessionEvents("f"), jetstream.DeliverNewPolicy)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), fd.cursor, "a new-only feed starts after the stored events")
+	got := make(chan string, 16)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- fd.run(rctx, func(data []byte) error {
+			ev, err := contracts.DecodeEvent(data)
+			if err == nil {
+				got <- ev.Data.JobID
+			}
+			return nil
+		})
+	}()
+	next := func() string {
+		t.Helper()
+		select {
+		case id := <-got:
+			return id
+		case <-ctx.Done():
+			t.Fatal("no event from the feed")
+			return ""
+		}
+	}
+	emit("a")
+	emit("b")
+	require.Equal(t, "a", next())
+	require.Equal(t, "b", next())
+
+	first := fd.cons.CachedInfo().Name
+	require.NoError(t, js.DeleteConsumer(ctx, contracts.Subjects{}.EventsStream(), first))
+	emit("c")
+	emit("d")
+	require.Equal(t, "c", next())
+	require.Equal(t, "d", next())
+	require.Equal(t, int64(1), fd.remade.Load())
+	emit("e")
+	require.Equal(t, "e", next())
+	select {
+	case id := <-got:
+		t.Fatalf("event %s passed on twice or out of turn", id)
+	default:
+	}
+	stop()
+	require.ErrorIs(t, <-done, context.Canceled)
+	second := fd.cons.CachedInfo().Name
+	require.NotEqual(t, first, second)
+	fd.close(ctx)
+	_, err = js.Consumer(ctx, contracts.Subjects{}.EventsStream(), second)
+	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound, "close deletes the consumer")
+}
+
+// TestFeedPollReadsWhatFollowsTheCursor: while no consumer can be made, a
+// feed reads the session's events after its cursor by direct gets: the
+// session's own, in order, each once, and none of another session's.
+func TestFeedPollReadsWhatFollowsTheCursor(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartJetStream(t)
+	nc := srv.Connect(t)
+	js := testutil.JetStream(t, nc)
+	ctx := testutil.Context(t, 30*time.Second)
+	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
+	events, err := bus.NewEvents(ctx, js, contracts.Subjects{})
+	require.NoError(t, err)
+	seqs := map[string]uint64{}
+	emit := func(session, jobID string) {
+		t.Helper()
+		ev := contracts.NewEvent("/test", &contracts.Job{ID: jobID, Session: session, Tool: contracts.ToolNoop}, contracts.StatusCompleted, 1, time.Now())
+		seq, err := events.Publish(ctx, ev, 0, "")
+		require.NoError(t, err)
+		seqs[jobID] = seq
+	}
+	p, err := New(nc, &Config{Session: "p", Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	fd, err := p.openFeed(ctx, contracts.Subjects{}.SessionEvents("p"), jetstream.DeliverAllPolicy)
+	require.NoError(t, err)
+	t.Cleanup(func() { fd.close(ctx) })
+	for i := range 4 {
+		emit("p", fmt.Sprintf("p%d", i))
+		emit("q", fmt.Sprintf("q%d", i))
+	}
+	fd.cursor = seqs["p1"]
+	var got []string
+	collect := func(data []byte) error {
+		ev, err := contracts.DecodeEvent(data)
+		require.NoError(t, err)
+		got = append(got, ev.Data.JobID)
+		return nil
+	}
+	require.NoError(t, fd.poll(ctx, collect))
+	require.Equal(t, []string{"p2", "p3"}, got)
+	require.Equal(t, seqs["p3"], fd.cursor)
+	require.NoError(t, fd.poll(ctx, collect))
+	require.Equal(t, []string{"p2", "p3"}, got, "nothing twice")
+	emit("p", "p4")
+	require.NoError(t, fd.poll(ctx, collect))
+	require.Equal(t, []string{"p2", "p3", "p4"}, got)
+	require.Equal(t, int64(3), fd.polled.Load())
+}
