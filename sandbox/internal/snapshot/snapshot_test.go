@@ -51,6 +51,41 @@ func TestRoundTrip(t *testing.T) {
 	require.ErrorIs(t, err, ErrTooLarge)
 }
 
+// TestOpenApply: Open checks and decompresses without building memory;
+// Apply over the image (and zeros past it) gives Decode's memory, writing
+// only the chunks that differ; a wrong size or a released snapshot is
+// refused, and Release may be called twice.
+func TestOpenApply(t *testing.T) {
+	t.Parallel()
+	c, image := testCodec(t, "wasm")
+	s := sample(image)
+	blob, err := c.Encode(s, 0)
+	require.NoError(t, err)
+	o, err := c.Open(blob, 0)
+	require.NoError(t, err)
+	require.Equal(t, len(s.Memory), o.MemorySize)
+	require.Equal(t, s.Host, o.Host)
+	require.Equal(t, s.Binding, o.Binding)
+	require.Equal(t, [3]uint32{s.StackPointer, s.RuntimePtr, s.ContextPtr}, [3]uint32{o.StackPointer, o.RuntimePtr, o.ContextPtr})
+	require.Error(t, o.Apply(make([]byte, o.MemorySize-pageSize)))
+
+	mem := make([]byte, o.MemorySize)
+	copy(mem, image)
+	require.NoError(t, o.Apply(mem))
+	require.Equal(t, s.Memory, mem)
+
+	// Chunks equal to the image are not written: a marker there survives.
+	marked := make([]byte, o.MemorySize)
+	copy(marked, image)
+	marked[pageSize] ^= 0xff
+	require.NoError(t, o.Apply(marked))
+	require.Equal(t, s.Memory[pageSize]^0xff, marked[pageSize])
+
+	o.Release()
+	o.Release()
+	require.Error(t, o.Apply(mem))
+}
+
 func TestRefused(t *testing.T) {
 	t.Parallel()
 	c, image := testCodec(t, "wasm")
