@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -377,6 +378,11 @@ func (s *store) saveBegin(ctx context.Context, r *record, rev uint64, ttl time.D
 		defer close(p.done)
 		p.rev, p.err = s.write(ctx, written, data, rev, ttl)
 	}()
+	// Let the write go out before the caller goes on: the caller's next
+	// step is the guest's slice, compiled code the scheduler cannot take
+	// the processor from, and on a busy machine the write would otherwise
+	// wait for the slice to end instead of crossing the bus beside it.
+	runtime.Gosched()
 	return p
 }
 
