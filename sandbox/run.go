@@ -202,11 +202,11 @@ func (e *Engine) Exec(ctx context.Context, req *ExecRequest) (*Outcome, error) {
 	return r.finish(ctx, err)
 }
 
-// Resume restores a waiting run into a VM (a warm pooled one, its whole
-// memory overwritten by the snapshot's), settles its pending calls and
-// continues it until it completes, fails or waits again. A refused
-// snapshot (bad signature, other wasm build, truncated) fails with
-// internal_error, an oversized one with snapshot_limit_exceeded.
+// Resume restores a waiting run into a VM (a warm pooled one holding the
+// image, over which the snapshot's changed chunks are written), settles
+// its pending calls and continues it until it completes, fails or waits
+// again. A refused snapshot (bad signature, other wasm build, truncated)
+// fails with internal_error, an oversized one with snapshot_limit_exceeded.
 func (e *Engine) Resume(ctx context.Context, req *ResumeRequest) (*Outcome, error) {
 	if req == nil {
 		return nil, errors.New("sandbox: nil ResumeRequest")

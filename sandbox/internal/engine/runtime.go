@@ -243,20 +243,6 @@ func (vm *VM) load(ctx context.Context, memory []byte, regs Registers) error {
 	return nil
 }
 
-// Load loads memory and registers into a healthy VM (one from the pool),
-// which then holds exactly what a fresh instance restored from them would:
-// the VM's memory is never larger than the image, and all of it is
-// overwritten.
-func (rt *Runtime) Load(ctx context.Context, vm *VM, memory []byte, regs Registers) error {
-	if vm.dead {
-		return ErrDead
-	}
-	if len(memory)%PageSize != 0 || len(memory) < len(rt.image) || int(vm.MemorySize()) > len(memory) {
-		return fmt.Errorf("load: memory of %d bytes does not fit a VM of %d bytes", len(memory), vm.MemorySize())
-	}
-	return vm.load(ctx, memory, regs)
-}
-
 // LoadOverImage restores a snapshot into a VM that holds the clean image
 // (one from the pool, untouched since Get): memory grows to size bytes, its
 // pages past the image are zeroed, and apply writes what the snapshot
