@@ -327,7 +327,6 @@ type Opened struct {
 	Binding Binding
 	KeyID   string
 
-	c      *Codec
 	bitmap []byte // one bit a chunk of MemorySize
 	data   []byte // the changed chunks, XORed with the image, in order
 	buf    *[]byte
@@ -410,7 +409,6 @@ func (c *Codec) Open(b []byte, max int) (*Opened, error) {
 		Host:         raw[:hostLen:hostLen],
 		Binding:      bind,
 		KeyID:        keyID,
-		c:            c,
 		bitmap:       bitmap,
 		data:         raw[hostLen+bitmapLen:],
 		buf:          buf,
