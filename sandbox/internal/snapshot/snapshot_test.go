@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"testing"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/stretchr/testify/require"
 )
 
@@ -84,6 +85,33 @@ func TestOpenApply(t *testing.T) {
 	o.Release()
 	o.Release()
 	require.Error(t, o.Apply(mem))
+}
+
+// TestFramesWithAChecksumOpen: snapshots written before frames went
+// without a checksum (older workers' encoders add one) still open, and
+// today's frames carry none.
+func TestFramesWithAChecksumOpen(t *testing.T) {
+	t.Parallel()
+	c, image := testCodec(t, "wasm")
+	s := sample(image)
+	blob, err := c.Encode(s, 0)
+	require.NoError(t, err)
+	start := headerSize + int(blob[5]) + int(leUint16(blob[6:]))
+	require.Zero(t, blob[start+4]&0x04, "no content checksum flag in the frame header")
+
+	older, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithLowerEncoderMem(true))
+	require.NoError(t, err)
+	mine := c.enc
+	c.enc = older
+	old, err := c.Encode(s, 0)
+	c.enc = mine
+	require.NoError(t, older.Close())
+	require.NoError(t, err)
+	require.NotZero(t, old[start+4]&0x04, "the older encoder writes a checksum")
+	got, err := c.Decode(old, 0)
+	require.NoError(t, err)
+	require.Equal(t, s.Memory, got.Memory)
+	require.Equal(t, s.Host, got.Host)
 }
 
 func TestRefused(t *testing.T) {
