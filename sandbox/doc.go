@@ -17,7 +17,9 @@
 // image. Every run gets a VM holding that image: a warm one from the pool, or
 // a fresh module instance the image is copied into. A VM that trapped is
 // closed, never reused; a healthy one gets the image copied back after its
-// run. Without quickjs.wasm (fetched by `make wasm`, which runs
+// run, by the pool off the run's path and always before it is handed out
+// again. A resume writes only the snapshot's changed chunks over a pooled
+// VM's image. Without quickjs.wasm (fetched by `make wasm`, which runs
 // scripts/fetch-quickjs.sh) NewEngine fails with runtime_unavailable.
 //
 // EngineConfig.Observer, when set, is told the pool's idle and in-use VMs

@@ -99,10 +99,10 @@ type Observer interface {
 	// order of the changes, so the last one is the pool as it is.
 	VMPool(idle, inUse int)
 	// Restored is told that a resume restored a VM from a snapshot, and how
-	// long that took from the resume's start (verifying and decoding the
-	// snapshot, checking the settlements, taking a VM from the pool and
-	// loading the snapshot's memory into it). A refused snapshot is not a
-	// restore.
+	// long that took from the resume's start (verifying and decompressing
+	// the snapshot, checking the settlements, taking a VM from the pool and
+	// writing the snapshot's changed chunks into it). A refused snapshot is
+	// not a restore.
 	Restored(took time.Duration)
 }
 

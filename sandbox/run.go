@@ -202,11 +202,11 @@ func (e *Engine) Exec(ctx context.Context, req *ExecRequest) (*Outcome, error) {
 	return r.finish(ctx, err)
 }
 
-// Resume restores a waiting run into a VM (a warm pooled one, its whole
-// memory overwritten by the snapshot's), settles its pending calls and
-// continues it until it completes, fails or waits again. A refused
-// snapshot (bad signature, other wasm build, truncated) fails with
-// internal_error, an oversized one with snapshot_limit_exceeded.
+// Resume restores a waiting run into a VM (a warm pooled one holding the
+// image, over which the snapshot's changed chunks are written), settles
+// its pending calls and continues it until it completes, fails or waits
+// again. A refused snapshot (bad signature, other wasm build, truncated)
+// fails with internal_error, an oversized one with snapshot_limit_exceeded.
 func (e *Engine) Resume(ctx context.Context, req *ResumeRequest) (*Outcome, error) {
 	if req == nil {
 		return nil, errors.New("sandbox: nil ResumeRequest")
@@ -219,13 +219,16 @@ func (e *Engine) Resume(ctx context.Context, req *ResumeRequest) (*Outcome, erro
 		}}, nil
 	}
 	maxBytes := withDefaults(req.Limits, e.limits).MaxSnapshotBytes
-	snap, err := e.codec.Decode(req.Snapshot, maxBytes)
+	// Verified and decompressed here; its memory is written straight into
+	// the VM below, over the image the pooled VM holds.
+	snap, err := e.codec.Open(req.Snapshot, maxBytes)
 	if err != nil {
 		if errors.Is(err, snapshot.ErrTooLarge) {
 			return fail(contracts.CodeSnapshotLimitExceeded, "code mode snapshot refused: %v", err)
 		}
 		return fail(contracts.CodeInternalError, "code mode snapshot refused: %v", err)
 	}
+	defer snap.Release()
 	want := snapshot.Binding{RunID: req.RunID, Session: req.Session, Step: uint32(max(req.Step, 0))} //nolint:gosec // G115: a step is a count of suspensions
 	if snap.Binding != want {
 		return fail(contracts.CodeInternalError, "code mode snapshot refused: it belongs to %s, not to %s", snap.Binding, want)
@@ -266,9 +269,9 @@ func (e *Engine) Resume(ctx context.Context, req *ResumeRequest) (*Outcome, erro
 	if err != nil {
 		return fail(contracts.CodeRuntimeUnavailable, "start a quickjs vm: %v", err)
 	}
-	if err := e.rt.Load(ctx, vm, snap.Memory, engine.Registers{
+	if err := e.rt.LoadOverImage(ctx, vm, snap.MemorySize, engine.Registers{
 		StackPointer: snap.StackPointer, RuntimePtr: snap.RuntimePtr, ContextPtr: snap.ContextPtr,
-	}); err != nil {
+	}, snap.Apply); err != nil {
 		e.pool.Discard(ctx, vm)
 		return fail(contracts.CodeInternalError, "restore code mode snapshot: %v", err)
 	}

@@ -67,7 +67,11 @@ func (c *catalog) waitApplied(ctx context.Context, seq uint64, d time.Duration) 
 // catalogEntry is one entry and the tenant it belongs to ("" for the
 // workers' tools and the default tenant's client tools).
 type catalogEntry struct {
-	tool   contracts.CatalogTool
+	tool contracts.CatalogTool
+	// run is the tool as a run's sandbox takes it (toSandbox: its type
+	// hints parsed from the schemas), made once when the entry is taken
+	// rather than at every exec.
+	run    sandbox.Tool
 	tenant string
 	// written is when the bucket last took the entry (the server's
 	// timestamp), raw what it took: a refresh writes the same bytes.
@@ -182,7 +186,7 @@ func (c *catalog) apply(e jetstream.KeyValueEntry) {
 		return
 	}
 	c.remove(key)
-	c.entries[key] = catalogEntry{tool: t, tenant: tenant, written: e.Created(), raw: bytes.Clone(e.Value())}
+	c.entries[key] = catalogEntry{tool: t, run: toSandbox(t), tenant: tenant, written: e.Created(), raw: bytes.Clone(e.Value())}
 	if client {
 		c.clients[tenant]++
 	}
@@ -244,7 +248,7 @@ func (c *catalog) forRun(tenant string, allow, deny, job []string, shellExec boo
 	defer c.mu.RUnlock()
 	var rc runCatalog
 	rc.refs = map[string]catalogRef{}
-	visible := make([]contracts.CatalogTool, 0, len(c.entries))
+	visible := make([]*catalogEntry, 0, len(c.entries))
 	now := time.Now()
 	for _, e := range c.entries {
 		// Workers' tools are everyone's (or their Tenants'); client tools
@@ -252,10 +256,11 @@ func (c *catalog) forRun(tenant string, allow, deny, job []string, shellExec boo
 		if e.tool.Source == contracts.SourceClient && e.tenant != tenant || !e.tool.VisibleTo(tenant) || e.expired(now) {
 			continue
 		}
-		visible = append(visible, e.tool)
+		visible = append(visible, &e)
 	}
-	sort.Slice(visible, func(i, j int) bool { return visible[i].ID < visible[j].ID })
-	for _, t := range visible {
+	sort.Slice(visible, func(i, j int) bool { return visible[i].tool.ID < visible[j].tool.ID })
+	for _, e := range visible {
+		t := &e.tool
 		id := t.ID
 		switch {
 		case t.DirectOnly, contracts.IsCodeModeTool(t.Tool), slices.Contains(deny, id):
@@ -267,7 +272,7 @@ func (c *catalog) forRun(tenant string, allow, deny, job []string, shellExec boo
 		case t.Tool == contracts.ToolExec && (!shellExec || !slices.Contains(job, id)):
 			continue
 		}
-		rc.tools = append(rc.tools, toSandbox(t))
+		rc.tools = append(rc.tools, e.run)
 		rc.refs[id] = catalogRef{Tool: t.Tool, Source: t.Source, OutputSchema: t.OutputSchema, SideEffects: t.SideEffects}
 	}
 	return rc

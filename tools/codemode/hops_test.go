@@ -137,7 +137,7 @@ func hopName(m *nats.Msg) string {
 	case strings.HasPrefix(s, "_INBOX."), strings.HasPrefix(s, "$JS.EVENT."), strings.HasPrefix(s, "$SYS."):
 		return ""
 	case strings.HasPrefix(s, "toolq.jobs."):
-		return "job " + strings.TrimPrefix(s, "toolq.jobs.")
+		return "job " + jobTool(strings.TrimPrefix(s, "toolq.jobs."))
 	case strings.HasPrefix(s, "toolq.events."):
 		var ev struct {
 			Data struct {
@@ -154,6 +154,11 @@ func hopName(m *nats.Msg) string {
 		}
 		return "kv " + bucket + " put"
 	case strings.HasPrefix(s, "$JS.ACK."):
+		// $JS.ACK.<stream>.<consumer>.…: whose ack it is.
+		parts := strings.Split(strings.TrimPrefix(s, "$JS.ACK."), ".")
+		if len(parts) >= 2 {
+			return "ack " + parts[0] + " " + parts[1]
+		}
 		return "ack"
 	case strings.HasPrefix(s, "$JS.API.DIRECT.GET."):
 		stream, _, _ := strings.Cut(strings.TrimPrefix(s, "$JS.API.DIRECT.GET."), ".")
@@ -161,12 +166,29 @@ func hopName(m *nats.Msg) string {
 	case strings.HasPrefix(s, "$JS.API."):
 		// STREAM.INFO.X, CONSUMER.CREATE.X.Y: the verb and the stream.
 		parts := strings.Split(strings.TrimPrefix(s, "$JS.API."), ".")
+		if len(parts) >= 4 && parts[0] == "CONSUMER" && parts[1] == "MSG" {
+			// CONSUMER.MSG.NEXT.<stream>.<consumer>: whose pull it is.
+			return "api " + strings.Join(parts[:3], ".") + " " + strings.Join(parts[3:], " ")
+		}
 		if len(parts) >= 3 {
 			return "api " + parts[0] + "." + parts[1] + " " + parts[2]
 		}
 		return "api " + strings.Join(parts, ".")
 	}
 	return "other " + s
+}
+
+// jobTool is the tool of a job subject's tail (after "toolq.jobs."), with
+// the priority level and session lane tokens left out: every run's jobs
+// are the same hops whatever lane its session hashes to.
+func jobTool(tail string) string {
+	for {
+		head, rest, ok := strings.Cut(tail, ".")
+		if !ok || !strings.HasPrefix(head, "~") {
+			return tail
+		}
+		tail = rest
+	}
 }
 
 // report logs each hop's median time into the run and how often it

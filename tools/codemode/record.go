@@ -2,9 +2,13 @@ package codemode
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -74,6 +78,63 @@ type record struct {
 	Code     string       `json:"code,omitempty"`
 	Language string       `json:"language,omitempty"`
 	History  []callResult `json:"history,omitempty"`
+
+	// snapJSON is the "snapshot" member's JSON made for the Snapshot whose
+	// first byte is snapOf and length snapLen: an inline snapshot is most
+	// of a record and is written unchanged by most of the run's writes.
+	snapJSON []byte
+	snapOf   *byte
+	snapLen  int
+}
+
+// clone returns a copy of r that shares nothing r's writers change in
+// place: its slices and pointers are copied (the JSON and byte values in
+// them are never changed in place, only replaced).
+func (r *record) clone() *record {
+	c := *r
+	c.Pending = slices.Clone(r.Pending)
+	c.Results = slices.Clone(r.Results)
+	c.History = slices.Clone(r.History)
+	c.Catalog = maps.Clone(r.Catalog)
+	if r.Lease != nil {
+		l := *r.Lease
+		c.Lease = &l
+	}
+	if r.Wait != nil {
+		w := *r.Wait
+		c.Wait = &w
+	}
+	if r.Final != nil {
+		f := *r.Final
+		c.Final = &f
+	}
+	return &c
+}
+
+// marshal encodes r as JSON. The inline snapshot's member (its base64) is
+// made once for each snapshot and appended to the rest of the record.
+func (r *record) marshal() ([]byte, error) {
+	snap := r.Snapshot
+	r.Snapshot = nil
+	data, err := json.Marshal(r)
+	r.Snapshot = snap
+	if err != nil || len(snap) == 0 {
+		return data, err
+	}
+	if r.snapOf != &snap[0] || r.snapLen != len(snap) || r.snapJSON == nil {
+		enc := base64.StdEncoding
+		m := make([]byte, 0, len(`"snapshot":""`)+enc.EncodedLen(len(snap)))
+		m = append(m, `"snapshot":"`...)
+		m = enc.AppendEncode(m, snap)
+		r.snapJSON, r.snapOf, r.snapLen = append(m, '"'), &snap[0], len(snap)
+	}
+	out := make([]byte, 0, len(data)+1+len(r.snapJSON))
+	out = append(out, data[:len(data)-1]...) // the object without its closing brace
+	if len(data) > 2 {
+		out = append(out, ',')
+	}
+	out = append(out, r.snapJSON...)
+	return append(out, '}'), nil
 }
 
 type pendingCall struct {
@@ -226,7 +287,7 @@ func (s *store) load(ctx context.Context, tenant, session, runID string) (*recor
 	if err != nil {
 		return nil, 0, err
 	}
-	s.recent.put(e.Key(), e.Value(), e.Revision())
+	s.recent.put(e.Key(), r.clone(), len(e.Value()), e.Revision())
 	return r, e.Revision(), nil
 }
 
@@ -244,18 +305,15 @@ func decodeRecord(data []byte, tenant, session, runID string) (*record, error) {
 }
 
 // loadRecent is load from this worker's last write or read of the record,
-// without a round trip; ok is false when it has none. The record may be
-// out of date: only a write at its revision (which the bus refuses if
-// anything was written since) may act on it.
+// without a round trip and without decoding it again; ok is false when it
+// has none. The record may be out of date: only a write at its revision
+// (which the bus refuses if anything was written since) may act on it.
 func (s *store) loadRecent(tenant, session, runID string) (*record, uint64, bool) {
-	data, rev, ok := s.recent.get(runKey(tenant, session, runID))
-	if !ok {
+	r, rev, ok := s.recent.get(runKey(tenant, session, runID))
+	if !ok || !r.belongsTo(tenant, session, runID) {
 		return nil, 0, false
 	}
-	r, err := decodeRecord(data, tenant, session, runID)
-	if err != nil {
-		return nil, 0, false
-	}
+	r.Tenant = tenant
 	return r, rev, true
 }
 
@@ -265,15 +323,17 @@ var errStale = errors.New("codemode: run record changed")
 // save writes r if the record is still at rev (0: it must not exist) and
 // gives the new entry the run's TTL. It returns the new revision.
 func (s *store) save(ctx context.Context, r *record, rev uint64, ttl time.Duration) (uint64, error) {
-	data, err := json.Marshal(r)
+	data, err := r.marshal()
 	if err != nil {
 		return 0, err
 	}
-	return s.write(ctx, runKey(r.Tenant, r.Session, r.RunID), r.RunID, data, rev, ttl)
+	return s.write(ctx, r.clone(), data, rev, ttl)
 }
 
-// write publishes a record's bytes under key if the record is still at rev.
-func (s *store) write(ctx context.Context, key, runID string, data []byte, rev uint64, ttl time.Duration) (uint64, error) {
+// write publishes the bytes of r (a copy no one else holds) if the record
+// is still at rev.
+func (s *store) write(ctx context.Context, r *record, data []byte, rev uint64, ttl time.Duration) (uint64, error) {
+	key := runKey(r.Tenant, r.Session, r.RunID)
 	msg := &nats.Msg{Subject: s.subj + key, Data: data}
 	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
 	if err != nil {
@@ -281,9 +341,9 @@ func (s *store) write(ctx context.Context, key, runID string, data []byte, rev u
 			s.recent.drop(key)
 			return 0, errStale
 		}
-		return 0, fmt.Errorf("codemode: save run %s: %w", runID, err)
+		return 0, fmt.Errorf("codemode: save run %s: %w", r.RunID, err)
 	}
-	s.recent.put(key, data, ack.Sequence)
+	s.recent.put(key, r, len(data), ack.Sequence)
 	return ack.Sequence, nil
 }
 
@@ -307,17 +367,22 @@ func (p *pendingWrite) wait() (uint64, error) {
 // anything it does is seen by others.
 func (s *store) saveBegin(ctx context.Context, r *record, rev uint64, ttl time.Duration) *pendingWrite {
 	p := &pendingWrite{done: make(chan struct{})}
-	data, err := json.Marshal(r)
+	data, err := r.marshal()
 	if err != nil {
 		p.err = err
 		close(p.done)
 		return p
 	}
-	key := runKey(r.Tenant, r.Session, r.RunID)
+	written := r.clone()
 	go func() {
 		defer close(p.done)
-		p.rev, p.err = s.write(ctx, key, r.RunID, data, rev, ttl)
+		p.rev, p.err = s.write(ctx, written, data, rev, ttl)
 	}()
+	// Let the write go out before the caller goes on: the caller's next
+	// step is the guest's slice, compiled code the scheduler cannot take
+	// the processor from, and on a busy machine the write would otherwise
+	// wait for the slice to end instead of crossing the bus beside it.
+	runtime.Gosched()
 	return p
 }
 
@@ -367,6 +432,8 @@ const recentMaxBytes = 32 << 20
 // instead of reading the record first. A record that moved on elsewhere
 // fails that write, and the worker reads it as before. Records of other
 // tenants are other keys: a tenant's result finds only its own runs.
+// Records are kept decoded (a copy of their own, handed out as copies),
+// and counted by the size of their JSON.
 type recentRecords struct {
 	mu    sync.Mutex
 	by    map[string]recentRecord
@@ -374,11 +441,14 @@ type recentRecords struct {
 }
 
 type recentRecord struct {
-	data []byte
+	rec  *record
+	size int
 	rev  uint64
 }
 
-func (r *recentRecords) put(key string, data []byte, rev uint64) {
+// put remembers rec, which the caller gives up, at rev; size is the
+// length of its JSON.
+func (r *recentRecords) put(key string, rec *record, size int, rev uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.by == nil {
@@ -388,28 +458,32 @@ func (r *recentRecords) put(key string, data []byte, rev uint64) {
 		if old.rev > rev {
 			return
 		}
-		r.bytes -= len(old.data)
+		r.bytes -= old.size
 	}
-	if r.bytes+len(data) > recentMaxBytes {
+	if r.bytes+size > recentMaxBytes {
 		clear(r.by) // only a shortcut: start over
 		r.bytes = 0
 	}
-	r.by[key] = recentRecord{data: data, rev: rev}
-	r.bytes += len(data)
+	r.by[key] = recentRecord{rec: rec, size: size, rev: rev}
+	r.bytes += size
 }
 
-func (r *recentRecords) get(key string) ([]byte, uint64, bool) {
+// get returns a copy of the record remembered under key.
+func (r *recentRecords) get(key string) (*record, uint64, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.by[key]
-	return e.data, e.rev, ok
+	if !ok {
+		return nil, 0, false
+	}
+	return e.rec.clone(), e.rev, true
 }
 
 func (r *recentRecords) drop(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if old, ok := r.by[key]; ok {
-		r.bytes -= len(old.data)
+		r.bytes -= old.size
 		delete(r.by, key)
 	}
 }

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -246,4 +248,147 @@ func TestPoolCounts(t *testing.T) {
 	require.Equal(t, 0, pool.InUse())
 	pool.Close(ctx)
 	require.Equal(t, [][2]int{{0, 1}, {0, 2}, {1, 1}, {0, 2}, {0, 1}, {1, 1}, {1, 0}, {0, 0}}, seen)
+}
+
+// TestLoadOverImage: a snapshot's memory written over the image of a pooled
+// VM (grown past the image, only the chunks that differ written) gives the
+// VM the snapshot's state and exactly its memory; a VM that does not hold
+// the image, a dead one and memory sizes that are not pages at least as
+// large as the image are refused.
+func TestLoadOverImage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rt := testRuntime(t)
+	pool := NewPool(rt, 2, nil)
+	defer pool.Close(ctx)
+	src, err := pool.Get(ctx)
+	require.NoError(t, err)
+	v, err := src.Eval(ctx, "globalThis.kept = 'x'.repeat(3000000) + 'end'; 1", "t.js", 0)
+	require.NoError(t, err)
+	src.Free(ctx, v)
+	mem := src.MemoryCopy()
+	require.Greater(t, len(mem), len(rt.Image()), "the state grew past the image")
+	regs, err := src.Registers(ctx)
+	require.NoError(t, err)
+	err = rt.LoadOverImage(ctx, src, len(mem), regs, func([]byte) error { return nil })
+	require.ErrorContains(t, err, "does not hold the image")
+	src.Close(ctx)
+
+	dst, err := pool.Get(ctx)
+	require.NoError(t, err)
+	written := 0
+	err = rt.LoadOverImage(ctx, dst, len(mem), regs, func(m []byte) error {
+		require.Equal(t, rt.Image(), m[:len(rt.Image())])
+		require.Equal(t, make([]byte, len(m)-len(rt.Image())), m[len(rt.Image()):], "pages past the image are zero")
+		for i := 0; i < len(m); i += 1024 {
+			if !bytes.Equal(m[i:i+1024], mem[i:i+1024]) {
+				copy(m[i:i+1024], mem[i:i+1024])
+				written++
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Less(t, written, len(mem)/1024, "only the chunks that differ are written")
+	require.Equal(t, mem, dst.Memory())
+	v, err = dst.Eval(ctx, "kept.length + ':' + kept.slice(-3)", "t.js", 0)
+	require.NoError(t, err)
+	got, err := dst.String(ctx, v)
+	require.NoError(t, err)
+	require.Equal(t, "3000003:end", got)
+	dst.Close(ctx)
+
+	clean, err := pool.Get(ctx)
+	require.NoError(t, err)
+	defer clean.Close(ctx)
+	for _, size := range []int{len(rt.Image()) - PageSize, len(rt.Image()) + 100, (maxPages + 1) * PageSize} {
+		require.Error(t, rt.LoadOverImage(ctx, clean, size, regs, func([]byte) error { return nil }), "size %d", size)
+	}
+	require.ErrorIs(t, rt.LoadOverImage(ctx, clean, len(rt.Image()), regs, func([]byte) error { return errApplyTest }), errApplyTest)
+	clean.Kill()
+	require.ErrorIs(t, rt.LoadOverImage(ctx, clean, len(rt.Image()), regs, func([]byte) error { return nil }), ErrDead)
+}
+
+var errApplyTest = errors.New("apply failed")
+
+// TestPoolResetsOnGet: a VM given back waits for its image to be loaded
+// again; a Get that finds only such VMs loads it itself (here no resetter
+// runs) and hands out the clean image, never the run's state.
+func TestPoolResetsOnGet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rt := testRuntime(t)
+	pool := NewPool(rt, 2, nil)
+	defer pool.Close(ctx)
+	pool.started = true // no resetter: Put leaves the VM dirty
+	vm, err := pool.Get(ctx)
+	require.NoError(t, err)
+	v, err := vm.Eval(ctx, "globalThis.leak = 'secret'; 1", "t.js", 0)
+	require.NoError(t, err)
+	vm.Free(ctx, v)
+	pool.Put(ctx, vm)
+	require.Equal(t, 1, pool.Idle())
+	pool.mu.Lock()
+	require.Len(t, pool.dirty, 1, "given back, not yet reset")
+	pool.mu.Unlock()
+	again, err := pool.Get(ctx)
+	require.NoError(t, err)
+	require.Same(t, vm, again)
+	require.Equal(t, rt.Image(), again.Memory())
+	v, err = again.Eval(ctx, "typeof leak", "t.js", 0)
+	require.NoError(t, err)
+	got, err := again.String(ctx, v)
+	require.NoError(t, err)
+	require.Equal(t, "undefined", got)
+	pool.Put(ctx, again)
+}
+
+// TestPoolConcurrentReuse: VMs go round the pool from many goroutines while
+// the resetter reloads them; every Get hands out the clean image.
+func TestPoolConcurrentReuse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rt := testRuntime(t)
+	pool := NewPool(rt, 3, nil)
+	const workers, rounds = 4, 25
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*rounds)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rounds {
+				vm, err := pool.Get(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				v, err := vm.Eval(ctx, "typeof leak", "t.js", 0)
+				if err == nil {
+					var got string
+					if got, err = vm.String(ctx, v); err == nil && got != "undefined" {
+						err = fmt.Errorf("worker %d round %d: a VM from the pool holds another run's state (%s)", w, i, got)
+					}
+				}
+				if err == nil {
+					var set Value
+					if set, err = vm.Eval(ctx, "globalThis.leak = 1; 1", "t.js", 0); err == nil {
+						vm.Free(ctx, set)
+					}
+				}
+				if err != nil {
+					errs <- err
+				}
+				pool.Put(ctx, vm)
+			}
+		}()
+	}
+	wg.Wait()
+	pool.Close(ctx)
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, 0, pool.Idle())
+	require.Equal(t, 0, pool.InUse())
 }

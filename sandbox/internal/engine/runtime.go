@@ -243,18 +243,41 @@ func (vm *VM) load(ctx context.Context, memory []byte, regs Registers) error {
 	return nil
 }
 
-// Load loads memory and registers into a healthy VM (one from the pool),
-// which then holds exactly what a fresh instance restored from them would:
-// the VM's memory is never larger than the image, and all of it is
-// overwritten.
-func (rt *Runtime) Load(ctx context.Context, vm *VM, memory []byte, regs Registers) error {
+// LoadOverImage restores a snapshot into a VM that holds the clean image
+// (one from the pool, untouched since Get): memory grows to size bytes, its
+// pages past the image are zeroed, and apply writes what the snapshot
+// changed — memory that equals the image is not written at all. The VM then
+// holds exactly what a fresh instance restored from the full memory would.
+func (rt *Runtime) LoadOverImage(ctx context.Context, vm *VM, size int, regs Registers, apply func(mem []byte) error) error {
 	if vm.dead {
 		return ErrDead
 	}
-	if len(memory)%PageSize != 0 || len(memory) < len(rt.image) || int(vm.MemorySize()) > len(memory) {
-		return fmt.Errorf("load: memory of %d bytes does not fit a VM of %d bytes", len(memory), vm.MemorySize())
+	if size%PageSize != 0 || size < len(rt.image) || size/PageSize > maxPages {
+		return fmt.Errorf("load: memory of %d bytes is not a page multiple at least as large as the image", size)
 	}
-	return vm.load(ctx, memory, regs)
+	mem := vm.mod.Memory()
+	if int(mem.Size()) != len(rt.image) {
+		return fmt.Errorf("load: a VM of %d bytes does not hold the image", mem.Size())
+	}
+	if size > len(rt.image) {
+		if _, ok := mem.Grow(uint32((size - len(rt.image)) / PageSize)); !ok { //nolint:gosec // G115: size is at most maxPages pages, checked above
+			return fmt.Errorf("restore: cannot grow memory to %d pages", size/PageSize)
+		}
+	}
+	buf, ok := mem.Read(0, mem.Size())
+	if !ok || len(buf) != size {
+		return fmt.Errorf("restore: memory has %d bytes, want %d", mem.Size(), size)
+	}
+	// A grown memory is zeroed by wazero when it allocates; clear it here
+	// anyway, since the snapshot's pages past the image are relative to
+	// zeros.
+	clear(buf[len(rt.image):])
+	if err := apply(buf); err != nil {
+		return err
+	}
+	vm.sp.Set(uint64(regs.StackPointer))
+	_, err := vm.call(vm.Context(ctx), vm.fn.setRuntimeAndContext, uint64(regs.RuntimePtr), uint64(regs.ContextPtr))
+	return err
 }
 
 // Reset loads the clean image into vm again, so that it can serve another

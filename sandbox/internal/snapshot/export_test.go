@@ -13,3 +13,5 @@ func hmacSum(b []byte) []byte {
 }
 
 func leUint32(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }
+
+func leUint16(b []byte) uint16 { return binary.LittleEndian.Uint16(b) }

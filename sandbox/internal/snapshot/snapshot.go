@@ -45,10 +45,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -197,8 +199,11 @@ func NewCodec(sign Key, verify []Key, wasmSHA, imageSHA [32]byte, image []byte, 
 		keys[k.ID] = append([]byte(nil), k.Key...)
 	}
 	n := runtime.GOMAXPROCS(0)
+	// No frame checksum: the HMAC over the whole snapshot, checked before
+	// the payload is decompressed, already stands for it (a frame without
+	// one is read by every decoder, older builds' too).
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(n),
-		zstd.WithLowerEncoderMem(true))
+		zstd.WithLowerEncoderMem(true), zstd.WithEncoderCRC(false))
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +238,10 @@ func (c *Codec) Encode(s *Snapshot, max int) ([]byte, error) {
 		return nil, errors.New("snapshot: run id or session too long to bind")
 	}
 	bind := s.Binding.encode()
-	raw := c.delta(s.Host, s.Memory)
+	buf := getBuf()
+	defer putBuf(buf)
+	raw := c.delta(*buf, s.Host, s.Memory)
+	*buf = raw
 	out := make([]byte, headerSize, headerSize+len(c.sign.ID)+len(bind)+len(raw)/8+macSize)
 	copy(out[0:4], magic[:])
 	out[4] = Version
@@ -277,12 +285,12 @@ func (c *Codec) keyIDs() string {
 // SigningKeyID is the id of the key Encode signs with.
 func (c *Codec) SigningKeyID() string { return c.sign.ID }
 
-// delta returns host ‖ bitmap ‖ changed chunks XOR image.
-func (c *Codec) delta(host, mem []byte) []byte {
+// delta appends host ‖ bitmap ‖ changed chunks XOR image to raw[:0].
+func (c *Codec) delta(raw, host, mem []byte) []byte {
 	chunks := len(mem) / chunkSize
 	bitmapLen := (chunks + 7) / 8
-	raw := make([]byte, len(host)+bitmapLen, len(host)+bitmapLen+64*chunkSize)
-	copy(raw, host)
+	raw = append(raw[:0], host...)
+	raw = append(raw, make([]byte, bitmapLen)...)
 	bitmap := raw[len(host):]
 	for i := range chunks {
 		m := mem[i*chunkSize : (i+1)*chunkSize]
@@ -304,9 +312,32 @@ func (c *Codec) delta(host, mem []byte) []byte {
 	return raw
 }
 
-// Decode verifies and decodes a snapshot of at most max bytes (max ≤ 0: no
-// bound). It never panics on any input.
-func (c *Codec) Decode(b []byte, max int) (*Snapshot, error) {
+// Opened is a snapshot whose signature, header and payload have been
+// checked and whose payload is decompressed, but whose memory has not been
+// built: Apply writes it over the image. Release gives its buffer back.
+type Opened struct {
+	// MemorySize is the size of the snapshot's memory in bytes, a multiple
+	// of 64 KiB, at least the image's and at most the codec's maximum.
+	MemorySize   int
+	StackPointer uint32
+	RuntimePtr   uint32
+	ContextPtr   uint32
+	// Host is the host state; it lives in the buffer Release gives back.
+	Host    []byte
+	Binding Binding
+	KeyID   string
+
+	bitmap []byte // one bit a chunk of MemorySize
+	data   []byte // the changed chunks, XORed with the image, in order
+	buf    *[]byte
+}
+
+// Open verifies a snapshot of at most max bytes (max ≤ 0: no bound) and
+// decompresses its payload: the HMAC is checked before anything else of it
+// is read past the header, then every length against the others and the
+// codec's bounds. It never panics on any input. The caller must Release
+// the result.
+func (c *Codec) Open(b []byte, max int) (*Opened, error) {
 	if max > 0 && len(b) > max {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(b), max)
 	}
@@ -352,41 +383,102 @@ func (c *Codec) Decode(b []byte, max int) (*Snapshot, error) {
 		memSize > c.maxMemory || hostLen > c.maxMemory {
 		return nil, ErrTruncated
 	}
-	chunks := memSize / chunkSize
-	bitmapLen := (chunks + 7) / 8
-	raw, err := c.dec.DecodeAll(body[start:], make([]byte, 0, hostLen+bitmapLen+memSize/8))
+	// A page is 64 chunks: the bitmap has no bits past the last chunk.
+	bitmapLen := memSize / chunkSize / 8
+	buf := getBuf()
+	raw, err := c.dec.DecodeAll(body[start:], (*buf)[:0])
+	*buf = raw
 	if err != nil || len(raw) < hostLen+bitmapLen {
+		putBuf(buf)
 		return nil, ErrTruncated
 	}
 	bitmap := raw[hostLen : hostLen+bitmapLen]
 	dirty := 0
-	for i := range chunks {
-		if bitmap[i/8]&(1<<(i%8)) != 0 {
-			dirty++
-		}
+	for _, x := range bitmap {
+		dirty += bits.OnesCount8(x)
 	}
 	if len(raw) != hostLen+bitmapLen+dirty*chunkSize {
+		putBuf(buf)
 		return nil, ErrTruncated
 	}
-	mem := make([]byte, memSize)
-	copy(mem, c.image)
-	data := raw[hostLen+bitmapLen:]
-	for i := range chunks {
-		if bitmap[i/8]&(1<<(i%8)) == 0 {
-			continue
-		}
-		m := mem[i*chunkSize : (i+1)*chunkSize]
-		subtle.XORBytes(m, m, data[:chunkSize])
-		data = data[chunkSize:]
-	}
-	s := &Snapshot{
+	return &Opened{
+		MemorySize:   memSize,
 		StackPointer: binary.LittleEndian.Uint32(b[76:]),
 		RuntimePtr:   binary.LittleEndian.Uint32(b[80:]),
 		ContextPtr:   binary.LittleEndian.Uint32(b[84:]),
 		Host:         raw[:hostLen:hostLen],
-		Memory:       mem,
 		Binding:      bind,
 		KeyID:        keyID,
+		bitmap:       bitmap,
+		data:         raw[hostLen+bitmapLen:],
+		buf:          buf,
+	}, nil
+}
+
+// Apply writes the snapshot's memory into mem, which must be MemorySize
+// bytes holding the codec's image followed by zeros: only the chunks that
+// differ from the image are written (XORed in place).
+func (o *Opened) Apply(mem []byte) error {
+	if len(mem) != o.MemorySize || o.bitmap == nil {
+		return fmt.Errorf("snapshot: apply %d bytes of memory to a snapshot of %d", len(mem), o.MemorySize)
 	}
-	return s, nil
+	data := o.data
+	for j, x := range o.bitmap {
+		for ; x != 0; x &= x - 1 {
+			i := j*8 + bits.TrailingZeros8(x)
+			m := mem[i*chunkSize : (i+1)*chunkSize]
+			subtle.XORBytes(m, m, data[:chunkSize])
+			data = data[chunkSize:]
+		}
+	}
+	return nil
+}
+
+// Release gives the decompression buffer back; Host and Apply must not be
+// used afterwards.
+func (o *Opened) Release() {
+	if o.buf != nil {
+		putBuf(o.buf)
+		o.buf, o.bitmap, o.data, o.Host = nil, nil, nil, nil
+	}
+}
+
+// Decode verifies and decodes a snapshot of at most max bytes (max ≤ 0: no
+// bound), building its whole memory. It never panics on any input.
+func (c *Codec) Decode(b []byte, max int) (*Snapshot, error) {
+	o, err := c.Open(b, max)
+	if err != nil {
+		return nil, err
+	}
+	defer o.Release()
+	mem := make([]byte, o.MemorySize)
+	copy(mem, c.image)
+	if err := o.Apply(mem); err != nil {
+		return nil, err
+	}
+	return &Snapshot{
+		StackPointer: o.StackPointer,
+		RuntimePtr:   o.RuntimePtr,
+		ContextPtr:   o.ContextPtr,
+		Host:         bytes.Clone(o.Host),
+		Memory:       mem,
+		Binding:      o.Binding,
+		KeyID:        o.KeyID,
+	}, nil
+}
+
+// bufs are the buffers of snapshot payloads (a delta being compressed, a
+// payload decompressed), reused between snapshots. One past bufMax is left
+// to the garbage collector rather than kept.
+var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 128<<10); return &b }}
+
+const bufMax = 4 << 20
+
+func getBuf() *[]byte { return bufs.Get().(*[]byte) } //nolint:forcetypeassert // the pool holds only *[]byte
+
+func putBuf(b *[]byte) {
+	if cap(*b) <= bufMax {
+		*b = (*b)[:0]
+		bufs.Put(b)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"testing"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/stretchr/testify/require"
 )
 
@@ -49,6 +50,68 @@ func TestRoundTrip(t *testing.T) {
 	require.ErrorIs(t, err, ErrTooLarge)
 	_, err = c.Decode(blob, len(blob)-1)
 	require.ErrorIs(t, err, ErrTooLarge)
+}
+
+// TestOpenApply: Open checks and decompresses without building memory;
+// Apply over the image (and zeros past it) gives Decode's memory, writing
+// only the chunks that differ; a wrong size or a released snapshot is
+// refused, and Release may be called twice.
+func TestOpenApply(t *testing.T) {
+	t.Parallel()
+	c, image := testCodec(t, "wasm")
+	s := sample(image)
+	blob, err := c.Encode(s, 0)
+	require.NoError(t, err)
+	o, err := c.Open(blob, 0)
+	require.NoError(t, err)
+	require.Equal(t, len(s.Memory), o.MemorySize)
+	require.Equal(t, s.Host, o.Host)
+	require.Equal(t, s.Binding, o.Binding)
+	require.Equal(t, [3]uint32{s.StackPointer, s.RuntimePtr, s.ContextPtr}, [3]uint32{o.StackPointer, o.RuntimePtr, o.ContextPtr})
+	require.Error(t, o.Apply(make([]byte, o.MemorySize-pageSize)))
+
+	mem := make([]byte, o.MemorySize)
+	copy(mem, image)
+	require.NoError(t, o.Apply(mem))
+	require.Equal(t, s.Memory, mem)
+
+	// Chunks equal to the image are not written: a marker there survives.
+	marked := make([]byte, o.MemorySize)
+	copy(marked, image)
+	marked[pageSize] ^= 0xff
+	require.NoError(t, o.Apply(marked))
+	require.Equal(t, s.Memory[pageSize]^0xff, marked[pageSize])
+
+	o.Release()
+	o.Release()
+	require.Error(t, o.Apply(mem))
+}
+
+// TestFramesWithAChecksumOpen: snapshots written before frames went
+// without a checksum (older workers' encoders add one) still open, and
+// today's frames carry none.
+func TestFramesWithAChecksumOpen(t *testing.T) {
+	t.Parallel()
+	c, image := testCodec(t, "wasm")
+	s := sample(image)
+	blob, err := c.Encode(s, 0)
+	require.NoError(t, err)
+	start := headerSize + int(blob[5]) + int(leUint16(blob[6:]))
+	require.Zero(t, blob[start+4]&0x04, "no content checksum flag in the frame header")
+
+	older, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithLowerEncoderMem(true))
+	require.NoError(t, err)
+	mine := c.enc
+	c.enc = older
+	old, err := c.Encode(s, 0)
+	c.enc = mine
+	require.NoError(t, older.Close())
+	require.NoError(t, err)
+	require.NotZero(t, old[start+4]&0x04, "the older encoder writes a checksum")
+	got, err := c.Decode(old, 0)
+	require.NoError(t, err)
+	require.Equal(t, s.Memory, got.Memory)
+	require.Equal(t, s.Host, got.Host)
 }
 
 func TestRefused(t *testing.T) {

@@ -1,0 +1,101 @@
+package codemode
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolq/toolq/sandbox"
+)
+
+func sampleRecord() *record {
+	return &record{
+		RunID: "r1", Session: "s1", Tenant: "acme", ExecJob: "r1", Status: runWaiting, Reason: "pending_tools",
+		Pending:  []pendingCall{{CallID: "call_1", ToolID: "toolq:core:noop", JobID: "r1-call_1", Input: json.RawMessage(`{"x":1}`), Token: "t"}},
+		Results:  []callResult{{CallID: "call_1", Value: json.RawMessage(`{"x":1}`), At: time.Unix(1, 0).UTC()}},
+		Snapshot: []byte("TQJS snapshot bytes \x00\xff<>&"), SnapshotBytes: 27,
+		Lease: &lease{Owner: "w", Until: time.Unix(2, 0).UTC(), Token: "l"}, Wait: &lease{Owner: "wait", Until: time.Unix(3, 0).UTC()},
+		Final:   &sandbox.Result{Status: sandbox.StatusCompleted, Value: json.RawMessage(`2`)},
+		Catalog: map[string]catalogRef{"toolq:core:noop": {Tool: "noop", Source: "toolq"}},
+		History: []callResult{{CallID: "call_0", Error: "e", At: time.Unix(4, 0).UTC()}},
+		Limits:  sandbox.DefaultLimits(), TTLSeconds: 900, Waits: 1,
+	}
+}
+
+// TestRecordMarshal: a record's JSON, with its inline snapshot's member
+// made once and appended, reads back as json.Marshal's does; a new
+// snapshot replaces the member, and a record without one has none.
+func TestRecordMarshal(t *testing.T) {
+	t.Parallel()
+	r := sampleRecord()
+	want, err := json.Marshal(r)
+	require.NoError(t, err)
+	for range 2 { // the second time from the remembered member
+		got, err := r.marshal()
+		require.NoError(t, err)
+		require.JSONEq(t, string(want), string(got))
+	}
+	require.NotNil(t, r.snapJSON)
+
+	r.Snapshot = []byte("another snapshot")
+	want, err = json.Marshal(r)
+	require.NoError(t, err)
+	got, err := r.marshal()
+	require.NoError(t, err)
+	require.JSONEq(t, string(want), string(got))
+	var back record
+	require.NoError(t, json.Unmarshal(got, &back))
+	require.Equal(t, []byte("another snapshot"), back.Snapshot)
+
+	r.Snapshot = r.Snapshot[:7] // same first byte, another length
+	got, err = r.marshal()
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(got, &back))
+	require.Equal(t, []byte("another"), back.Snapshot)
+
+	r.Snapshot, r.SnapshotObject = nil, "acme.s1.r1"
+	got, err = r.marshal()
+	require.NoError(t, err)
+	require.NotContains(t, string(got), `"snapshot"`)
+	require.NoError(t, json.Unmarshal(got, &back))
+	require.Equal(t, "acme.s1.r1", back.SnapshotObject)
+}
+
+// TestRecordClone: a clone shares nothing its holder changes in place,
+// and every field of a reference kind is one clone copies (a new such
+// field must be added to clone, or this fails).
+func TestRecordClone(t *testing.T) {
+	t.Parallel()
+	copied := map[string]bool{"Pending": true, "Results": true, "History": true, "Catalog": true, "Lease": true, "Wait": true, "Final": true}
+	// Never changed in place, only replaced: shared.
+	shared := map[string]bool{"Snapshot": true, "snapJSON": true, "snapOf": true}
+	rt := reflect.TypeFor[record]()
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		switch f.Type.Kind() {
+		case reflect.Slice, reflect.Map, reflect.Pointer, reflect.Interface, reflect.Chan, reflect.Func:
+			require.True(t, copied[f.Name] || shared[f.Name], "record.%s is of a reference kind: copy it in clone", f.Name)
+		default:
+		}
+	}
+
+	r := sampleRecord()
+	want, err := json.Marshal(r)
+	require.NoError(t, err)
+	c := r.clone()
+	require.Equal(t, r, c)
+	c.Pending[0].Submitted = true
+	c.Results[0].Error = "changed"
+	c.Results = append(c.Results, callResult{CallID: "call_2"})
+	c.History[0].Error = "changed"
+	c.Catalog["toolq:core:noop"] = catalogRef{Tool: "other"}
+	c.Lease.Until = time.Unix(9, 0)
+	c.Wait.Owner = "other"
+	c.Final.Status = sandbox.StatusFailed
+	got, err := json.Marshal(r)
+	require.NoError(t, err)
+	require.JSONEq(t, string(want), string(got), "the original is untouched")
+}
