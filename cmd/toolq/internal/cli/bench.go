@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -32,6 +33,8 @@ func newBenchCmd(g *globals) *cobra.Command {
 		failoverFor   time.Duration
 		flow          = bench.FlowDefaults()
 		soak          time.Duration
+		cpuProfile    string
+		batchProfile  string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -87,6 +90,20 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 					return err
 				}
 				return printFigures(g, figs)
+			}
+			for _, p := range []struct {
+				path string
+				to   *io.Writer
+			}{{cpuProfile, &cfg.CPUProfile}, {batchProfile, &cfg.BatchCPUProfile}} {
+				if p.path == "" {
+					continue
+				}
+				fh, err := os.Create(p.path)
+				if err != nil {
+					return contracts.Errorf(contracts.CodeInvalidInput, "cpu profile: %v", err)
+				}
+				defer fh.Close()
+				*p.to = fh
 			}
 			figs, err := bench.Run(cmd.Context(), cfg)
 			if err != nil {
@@ -196,6 +213,9 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 	f.IntVar(&cfg.LatencyJobs, "latency-jobs", cfg.LatencyJobs, "jobs of the latency run (0 skips it)")
 	f.DurationVar(&cfg.LatencyInterval, "latency-interval", cfg.LatencyInterval, "pause between latency jobs")
 	f.IntVar(&cfg.PayloadBytes, "payload", cfg.PayloadBytes, "bytes of padding in each job's input")
+	f.IntVar(&cfg.BatchWindow, "batch-window", 0, "SubmitBatch's publish window in the batch-submit phase (0: its default)")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile (pprof) of the in-process throughput phase to this file")
+	f.StringVar(&batchProfile, "cpuprofile-batch", "", "write a CPU profile (pprof) of the in-process batch-submit phase to this file")
 	f.StringVar(&anchors, "anchors", "", "anchors summary file to compute ratios against")
 	f.BoolVar(&tenants, "tenants", false, "run again with the jobs submitted and followed through a tenant account's imports and print both, with their throughput ratio")
 	f.BoolVar(&mx, "metrics", false, "run again with the worker's Prometheus metrics on, in turns with off, and print both medians and the median on/off throughput ratio")
