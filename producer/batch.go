@@ -17,7 +17,7 @@ import (
 // BatchOpts are the optional knobs of SubmitBatch.
 type BatchOpts struct {
 	// Window is how many publishes may wait for their acknowledgement at
-	// once; 256 by default.
+	// once; DefaultBatchWindow by default.
 	Window int
 	// OnAck, when set, is told each job's outcome in the order of jobs, as
 	// soon as it and every job before it are acknowledged: err is nil for
@@ -26,6 +26,12 @@ type BatchOpts struct {
 	// rerun after a crash starts after the last index it was told of).
 	OnAck func(i int, job *contracts.Job, err error)
 }
+
+// DefaultBatchWindow is SubmitBatch's publish window when BatchOpts names
+// none: wide enough that the server stores a batch of them at a time
+// while the oldest acknowledgements come back, and well under nats.go's
+// limit of 4,000 outstanding asynchronous publishes a connection.
+const DefaultBatchWindow = 1024
 
 // BatchResult counts what a SubmitBatch did.
 type BatchResult struct {
@@ -51,7 +57,7 @@ func (p *Producer) SubmitBatch(ctx context.Context, jobs []*contracts.Job, opts 
 		o = *opts
 	}
 	if o.Window <= 0 {
-		o.Window = 256
+		o.Window = DefaultBatchWindow
 	}
 	res := &BatchResult{Errors: map[int]error{}}
 	type sent struct {

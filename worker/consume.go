@@ -490,7 +490,7 @@ func (w *Worker) dispatch(t *tool, l *level, batch jetstream.MessageBatch) int {
 func (w *Worker) run(t *tool, l *level, msg jetstream.Msg) {
 	t.slots.started(t.class(l, false))
 	w.wg.Add(1)
-	go func() {
+	w.runners.do(w.runCtx, &w.loops, func() {
 		h := &slotHold{slots: t.slots, class: t.class(l, true), held: true}
 		defer func() {
 			if h.held {
@@ -499,7 +499,7 @@ func (w *Worker) run(t *tool, l *level, msg jetstream.Msg) {
 			w.wg.Done()
 		}()
 		w.process(t, l.prio, msg, h)
-	}()
+	})
 }
 
 // gate pauses and resumes pulling jobs of t as its Ready function says.

@@ -81,7 +81,8 @@ type Worker struct {
 	catalogPuts []catalogPut
 	runCancel   context.CancelCauseFunc
 	wg          sync.WaitGroup // jobs
-	loops       sync.WaitGroup // owned background loops
+	loops       sync.WaitGroup // owned background loops, and the job runners
+	runners     *runners
 }
 
 type tool struct {
@@ -135,6 +136,7 @@ func New(nc *nats.Conn, cfg *Config) (*Worker, error) {
 		source:   "/toolq/worker/" + c.Name,
 		tools:    map[string]*tool{},
 		inflight: map[string]*inflight{},
+		runners:  newRunners(),
 	}
 	w.cancels = newCancelMemory(w.eventsMaxAge(), maxRememberedCancels)
 	w.life = lifecycle.New(&lifecycle.Config{Start: w.start, Stop: w.stop, ErrStarted: ErrStarted, SoftStop: true})

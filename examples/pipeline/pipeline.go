@@ -346,7 +346,7 @@ func main() {
 	flag.StringVar(&cfg.Batch, "batch", "pipeline", "batch name: job ids are <batch>-<index>; rerun with the same name to take a batch up")
 	flag.StringVar(&cfg.Session, "session", "pipeline", "session of the batch's jobs")
 	flag.StringVar(&cfg.StateFile, "state", "", "state file (default <batch>.state)")
-	flag.IntVar(&cfg.Window, "window", 256, "publishes awaiting their acknowledgement at once")
+	flag.IntVar(&cfg.Window, "window", producer.DefaultBatchWindow, "publishes awaiting their acknowledgement at once")
 	flag.StringVar(&out, "out", "", "write the results as JSON Lines to this file (default <batch>.results.jsonl)")
 	flag.Parse()
 	if cfg.StateFile == "" {

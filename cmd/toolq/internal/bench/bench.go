@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -66,6 +68,15 @@ type Config struct {
 	// ThroughputOnly leaves out the latency and batch-submit phases: the
 	// rounds of an on/off comparison measure throughput alone.
 	ThroughputOnly bool
+	// BatchWindow is SubmitBatch's publish window in the batch-submit
+	// phase; 0 leaves SubmitBatch's default.
+	BatchWindow int
+	// CPUProfile, when set, receives a CPU profile of the throughput phase
+	// (pprof format); BatchCPUProfile one of the batch-submit phase. They
+	// show where a job's CPU goes in the worker, the requester and the
+	// embedded server, all in this process.
+	CPUProfile      io.Writer
+	BatchCPUProfile io.Writer
 	// Phase, when set, is told each phase as it begins (toolq bench prints
 	// them on stderr: a run takes a while).
 	Phase func(phase string)
@@ -215,7 +226,12 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 	}
 	cfg.phase("throughput: %d jobs from %d submitters", cfg.Jobs, cfg.Submitters)
 	cpu0 := processCPU()
+	stopProfile, err := startProfile(cfg.CPUProfile)
+	if err != nil {
+		return nil, err
+	}
 	tf, err := throughput(ctx, p, cfg, payload)
+	stopProfile()
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +275,12 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 	// Last, as the worker works the backlog off afterwards: a pipeline's
 	// bulk submit (SubmitBatch, an async publish window), submit side only.
 	cfg.phase("batch submit: %d jobs", cfg.Jobs)
-	rate, err := batchSubmit(ctx, p, cfg.Jobs, payload)
+	stopProfile, err = startProfile(cfg.BatchCPUProfile)
+	if err != nil {
+		return nil, err
+	}
+	rate, err := batchSubmit(ctx, p, cfg.Jobs, cfg.BatchWindow, payload)
+	stopProfile()
 	if err != nil {
 		return nil, err
 	}
@@ -268,16 +289,28 @@ func Run(ctx context.Context, cfg Config) ([]Figure, error) {
 	return figs, nil
 }
 
+// startProfile starts a CPU profile into w, when w is set, and returns
+// what stops it.
+func startProfile(w io.Writer) (stop func(), err error) {
+	if w == nil {
+		return func() {}, nil
+	}
+	if err := pprof.StartCPUProfile(w); err != nil {
+		return nil, fmt.Errorf("bench: cpu profile: %w", err)
+	}
+	return pprof.StopCPUProfile, nil
+}
+
 // batchSubmit submits n noop jobs with SubmitBatch and returns the rate
 // at which the bus acknowledged them.
-func batchSubmit(ctx context.Context, p *producer.Producer, n int, payload json.RawMessage) (float64, error) {
+func batchSubmit(ctx context.Context, p *producer.Producer, n, window int, payload json.RawMessage) (float64, error) {
 	session := "batch-" + fmt.Sprint(time.Now().UnixNano())
 	jobs := make([]*contracts.Job, n)
 	for i := range jobs {
 		jobs[i] = &contracts.Job{ID: fmt.Sprintf("%s-%d", session, i), Tool: worker.ToolNoop, Session: session, Input: payload}
 	}
 	start := time.Now()
-	res, err := p.SubmitBatch(ctx, jobs, nil)
+	res, err := p.SubmitBatch(ctx, jobs, &producer.BatchOpts{Window: window})
 	if err != nil {
 		return 0, err
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -35,6 +36,8 @@ func newBenchCmd(g *globals) *cobra.Command {
 		failoverFor    time.Duration
 		flow           = bench.FlowDefaults()
 		soak           time.Duration
+		cpuProfile     string
+		batchProfile   string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -59,6 +62,14 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 			}
 			// The phases on stderr as they begin; stdout keeps the figures.
 			cfg.Phase = func(phase string) { g.tell("bench: %s", phase) }
+			if cpuProfile != "" && (clusterBin != "" || len(workers) > 0 || soak > 0 || scenario != "") {
+				// Not the in-process phases: the whole of this process.
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = stop() }()
+			}
 			if clusterBin != "" {
 				figs, err := bench.RunCluster(cmd.Context(), bench.ClusterConfig{
 					Config: cfg, ServerBin: clusterBin, Nodes: clusterNodes, Workers: clusterWork, FailoverFor: failoverFor,
@@ -90,6 +101,20 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 					return err
 				}
 				return printFigures(g, figs)
+			}
+			for _, p := range []struct {
+				path string
+				to   *io.Writer
+			}{{cpuProfile, &cfg.CPUProfile}, {batchProfile, &cfg.BatchCPUProfile}} {
+				if p.path == "" {
+					continue
+				}
+				fh, err := os.Create(p.path)
+				if err != nil {
+					return contracts.Errorf(contracts.CodeInvalidInput, "cpu profile: %v", err)
+				}
+				defer fh.Close()
+				*p.to = fh
 			}
 			figs, err := bench.Run(cmd.Context(), cfg)
 			if err != nil {
@@ -199,6 +224,9 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 	f.IntVar(&cfg.LatencyJobs, "latency-jobs", cfg.LatencyJobs, "jobs of the latency run (0 skips it)")
 	f.DurationVar(&cfg.LatencyInterval, "latency-interval", cfg.LatencyInterval, "pause between latency jobs")
 	f.IntVar(&cfg.PayloadBytes, "payload", cfg.PayloadBytes, "bytes of padding in each job's input")
+	f.IntVar(&cfg.BatchWindow, "batch-window", 0, "SubmitBatch's publish window in the batch-submit phase (0: its default)")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile (pprof) of the in-process throughput phase to this file; with --workers, --cluster-server, --soak or --scenario, of this whole process (the requester)")
+	f.StringVar(&batchProfile, "cpuprofile-batch", "", "write a CPU profile (pprof) of the in-process batch-submit phase to this file")
 	f.StringVar(&anchors, "anchors", "", "anchors summary file to compute ratios against")
 	f.BoolVar(&tenants, "tenants", false, "run again with the jobs submitted and followed through a tenant account's imports and print both, with their throughput ratio")
 	f.BoolVar(&mx, "metrics", false, "run again with the worker's Prometheus metrics on, in turns with off, and print both medians and the median on/off throughput ratio")

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -415,4 +416,29 @@ func TestBenchPrintsPhasesOnStderr(t *testing.T) {
 		require.True(t, strings.HasPrefix(line, "bench."), "stdout line %q", line)
 	}
 	require.Contains(t, out, "bench.e2e_throughput ")
+}
+
+// TestBenchCPUProfiles: --cpuprofile and --cpuprofile-batch each write a
+// pprof CPU profile (gzipped, with its sample types), and a profile that
+// cannot be written is refused before the run.
+func TestBenchCPUProfiles(t *testing.T) { //nolint:paralleltest // CPU profiling is one per process
+	dir := t.TempDir()
+	tp, bp := filepath.Join(dir, "throughput.pprof"), filepath.Join(dir, "batch.pprof")
+	code, out, errOut := run(t, "bench", "--jobs", "300", "--submitters", "4", "--concurrency", "16", "--latency-jobs", "0",
+		"--batch-window", "16", "--cpuprofile", tp, "--cpuprofile-batch", bp)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "bench.batch_submit_rate ")
+	for _, p := range []string{tp, bp} {
+		fh, err := os.Open(p) //nolint:gosec // G304: the test's own file
+		require.NoError(t, err)
+		zr, err := gzip.NewReader(fh)
+		require.NoError(t, err, p)
+		data, err := io.ReadAll(zr)
+		require.NoError(t, err, p)
+		require.NoError(t, fh.Close())
+		require.Contains(t, string(data), "nanoseconds", p)
+	}
+	code, _, errOut = run(t, "bench", "--jobs", "10", "--cpuprofile", filepath.Join(dir, "missing", "p.pprof"))
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errOut, "cpu profile")
 }
