@@ -94,6 +94,9 @@ type Asynq struct {
 	sched     *asynq.Scheduler
 	server    *asynq.Server
 	rdb       redis.UniversalClient
+	// awaiter awaits the ingress's jobs; one per run, closed by stop, so
+	// its session followers end with the engine.
+	awaiter *producer.Producer
 	// missed is set when the Scheduler could not enqueue a tick; the Redis
 	// monitor catches up once Redis answers.
 	missed atomic.Bool
@@ -184,7 +187,7 @@ func (e *Asynq) start(ctx context.Context) error {
 	e.mu.Lock()
 	e.closing, e.entries = false, map[string]*entry{}
 	e.mu.Unlock()
-	e.aclient, e.inspector, e.sched, e.server, e.rdb = nil, nil, nil, nil, nil
+	e.aclient, e.inspector, e.sched, e.server, e.rdb, e.awaiter = nil, nil, nil, nil, nil, nil
 	if err := e.run(ctx, e.loops.begin()); err != nil {
 		// Clean up even when the failure was ctx running out.
 		_ = e.stop(context.WithoutCancel(ctx))
@@ -202,6 +205,11 @@ func (e *Asynq) run(ctx, lctx context.Context) error {
 	if _, err := e.bucket(sctx); err != nil {
 		return err
 	}
+	aw, err := producer.New(e.nc, &producer.Config{Subjects: e.Client.cfg.Subjects, Timeout: e.Client.cfg.Timeout, Logger: e.log, Name: "scheduler-ingress"})
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	e.awaiter = aw
 	rc, ok := e.cfg.Redis.MakeRedisClient().(redis.UniversalClient)
 	if !ok {
 		return fmt.Errorf("scheduler: unsupported Redis option %T", e.cfg.Redis)
@@ -286,6 +294,9 @@ func (e *Asynq) stop(context.Context) error {
 	}
 	if e.server != nil {
 		e.server.Shutdown()
+	}
+	if e.awaiter != nil {
+		e.awaiter.Close() // after the ingress's handlers ended
 	}
 	if e.aclient != nil {
 		_ = e.aclient.Close()
@@ -588,7 +599,7 @@ func (e *Asynq) handleSubmit(ctx context.Context, t *asynq.Task) error {
 		_, _ = t.ResultWriter().Write(mustJSON(job))
 		return nil
 	}
-	ev, err := e.prod.Await(ctx, job.Session, job.ID, nil)
+	ev, err := e.awaiter.Await(ctx, job.Session, job.ID, nil)
 	if err != nil {
 		return fmt.Errorf("awaiting job %s: %w", job.ID, err)
 	}
