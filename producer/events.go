@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -132,29 +131,38 @@ func (p *Producer) followEvents(ctx context.Context, filter string, fn func(*con
 	return err
 }
 
-// replayBuffer is how many live events a following tenant read holds while
-// its replay is still coming in.
-const replayBuffer = 4096
+// The pending limits of a tenant read's subscriptions, held by the client
+// (not a channel of a few hundred, which a busy reader overflowed). A
+// replay answers with at most 10,000 events and an end, so its
+// subscription holds all of them; the live subscription holds
+// Config.TenantFollowPending events, and its overflow is seen and mended,
+// never silent.
+const (
+	replayPendingMsgs = 10_000 + 64
+	readPendingBytes  = 256 << 20
+)
 
 // readImported is ReadEvents on a tenant account, which has no JetStream:
 // a worker serving tenants replays the stored events (ask on
 // <prefix>.replay.<session>, answered as a stream of messages), and, when
 // following, the live events come by a plain subscription to the imported
 // event subjects, opened before the replay so that nothing falls between
-// the two; an event that came both ways is passed once.
+// the two; an event that came both ways is passed once. When the live
+// subscription overflows (the reader fell behind by more than its pending
+// limits), the events it dropped are stored: ReadEvents asks for a replay
+// again and passes those it has not passed yet, late but not lost.
 func (p *Producer) readImported(ctx context.Context, session string, o ReadOpts, fn func(*contracts.Event) error) error {
 	subject := p.cfg.Subjects.SessionEvents(session)
 	if o.JobID != "" {
 		subject = p.cfg.Subjects.Event(session, o.JobID)
 	}
-	var live chan *nats.Msg
+	var live *nats.Subscription
 	if o.Follow {
-		live = make(chan *nats.Msg, replayBuffer)
-		sub, err := p.nc.ChanSubscribe(subject, live)
-		if err != nil {
+		var err error
+		if live, err = p.pendingSub(subject, p.cfg.TenantFollowPending); err != nil {
 			return fmt.Errorf("producer: follow events: %w", err)
 		}
-		defer func() { _ = sub.Unsubscribe() }()
+		defer func() { _ = live.Unsubscribe() }()
 	}
 	seen := map[string]bool{}
 	deliver := func(data []byte) error {
@@ -175,26 +183,48 @@ func (p *Producer) readImported(ctx context.Context, session string, o ReadOpts,
 		return err
 	}
 	for {
-		select {
-		case <-ctx.Done():
+		m, err := live.NextMsgWithContext(ctx)
+		switch {
+		case errors.Is(err, nats.ErrSlowConsumer):
+			p.log.Warn("tenant event read fell behind; replaying what it missed", "session", session)
+			err = p.replay(ctx, session, o.JobID, deliver)
+		case err == nil:
+			err = deliver(m.Data)
+		case ctx.Err() != nil:
 			return ctx.Err()
-		case m := <-live:
-			if err := deliver(m.Data); err != nil {
-				if errors.Is(err, ErrStop) {
-					return nil
-				}
-				return err
-			}
+		default:
+			err = fmt.Errorf("producer: follow events: %w", err)
+		}
+		if errors.Is(err, ErrStop) {
+			return nil
+		}
+		if err != nil {
+			return err
 		}
 	}
 }
 
+// pendingSub subscribes synchronously to subject, holding up to msgs
+// messages.
+func (p *Producer) pendingSub(subject string, msgs int) (*nats.Subscription, error) {
+	sub, err := p.nc.SubscribeSync(subject)
+	if err != nil {
+		return nil, err
+	}
+	if err := sub.SetPendingLimits(msgs, readPendingBytes); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	return sub, nil
+}
+
 // replay asks a worker for the session's stored events and passes each to
-// deliver until the end message.
+// deliver until the end message. A replay that overflowed the reader's
+// pending limits fails: it lost events in the middle, and passing the rest
+// would pass them out of order.
 func (p *Producer) replay(ctx context.Context, session, jobID string, deliver func([]byte) error) error {
 	inbox := p.nc.NewRespInbox()
-	msgs := make(chan *nats.Msg, 256)
-	sub, err := p.nc.ChanSubscribe(inbox, msgs)
+	sub, err := p.pendingSub(inbox, replayPendingMsgs)
 	if err != nil {
 		return fmt.Errorf("producer: replay events: %w", err)
 	}
@@ -208,28 +238,34 @@ func (p *Producer) replay(ctx context.Context, session, jobID string, deliver fu
 	if err := p.nc.PublishMsg(req); err != nil {
 		return fmt.Errorf("producer: replay events: %w", err)
 	}
-	idle := time.NewTimer(p.cfg.Timeout)
-	defer idle.Stop()
 	for {
-		select {
-		case <-ctx.Done():
+		// The timeout is between messages: a long replay is fine as long
+		// as it keeps coming.
+		wctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+		m, err := sub.NextMsgWithContext(wctx)
+		cancel()
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
 			return ctx.Err()
-		case <-idle.C:
+		case errors.Is(err, nats.ErrSlowConsumer):
+			return fmt.Errorf("producer: replay events of %s: the reader fell behind by more than %d MB and events were dropped", session, readPendingBytes>>20)
+		case errors.Is(err, context.DeadlineExceeded):
 			return fmt.Errorf("producer: replay events of %s: no answer within %s (is a worker serving tenants running?)", session, p.cfg.Timeout)
-		case m := <-msgs:
-			if m.Header.Get(contracts.ReplayEndHeader) != "" {
-				if reason := m.Header.Get(contracts.ReplayErrorHeader); reason != "" {
-					return fmt.Errorf("producer: replay events of %s: %s", session, reason)
-				}
-				return nil
+		default:
+			return fmt.Errorf("producer: replay events of %s: %w", session, err)
+		}
+		if m.Header.Get(contracts.ReplayEndHeader) != "" {
+			if reason := m.Header.Get(contracts.ReplayErrorHeader); reason != "" {
+				return fmt.Errorf("producer: replay events of %s: %s", session, reason)
 			}
-			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
-				return fmt.Errorf("producer: replay events of %s: no worker serves tenants' replays", session)
-			}
-			if err := deliver(m.Data); err != nil {
-				return err
-			}
-			idle.Reset(p.cfg.Timeout)
+			return nil
+		}
+		if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+			return fmt.Errorf("producer: replay events of %s: no worker serves tenants' replays", session)
+		}
+		if err := deliver(m.Data); err != nil {
+			return err
 		}
 	}
 }

@@ -51,7 +51,8 @@ type Config struct {
 	// only its own subspace of the bus is imported. The producer then
 	// follows events by subscription, reads a job's last event by direct
 	// get, and cancels through the imported cancel subjects, leaving the
-	// cancelled event to the worker. ReadEvents is not available.
+	// cancelled event to the worker. ReadEvents asks a worker serving
+	// tenants to replay the stored events (at most 10,000).
 	//
 	// A tenant's producer cannot see the jobs streams, so it does not check
 	// that a tool is served (SubmitUnserved): a job for a tool nobody
@@ -73,7 +74,15 @@ type Config struct {
 	// last it passed on, so it comes back soon after the consumer's server
 	// dies. DefaultFollowHeartbeat (1 s) when zero; at least 100 ms.
 	FollowHeartbeat time.Duration
+	// TenantFollowPending is how many live events a following ReadEvents
+	// on a tenant account holds while its callback is behind; when more
+	// arrive, the read asks for a replay and passes the events it missed,
+	// late but not lost. DefaultTenantFollowPending when zero.
+	TenantFollowPending int
 }
+
+// DefaultTenantFollowPending is Config.TenantFollowPending when zero.
+const DefaultTenantFollowPending = 64 * 1024
 
 // Producer submits jobs and follows their events. It is safe for concurrent
 // use. One consumer per session followed serves every Await of that
@@ -143,6 +152,12 @@ func New(nc *nats.Conn, cfg *Config) (*Producer, error) {
 	}
 	if c.FollowHeartbeat < 100*time.Millisecond {
 		return nil, errors.New("producer: follow heartbeat below 100ms")
+	}
+	if c.TenantFollowPending == 0 {
+		c.TenantFollowPending = DefaultTenantFollowPending
+	}
+	if c.TenantFollowPending < 0 {
+		return nil, errors.New("producer: negative tenant follow pending")
 	}
 	if c.Name == "" {
 		c.Name = nuid.Next()
