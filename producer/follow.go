@@ -155,17 +155,12 @@ func (f *follower) stop(ctx context.Context) {
 	f.feed.close(ctx)
 }
 
-// halt is stop for a closing producer, which has no context to delete the
-// consumer with: the server's inactivity threshold (5 min) removes it, as
-// it removed the ordered consumers before.
+// halt is stop for a closing producer, which has no context of its own:
+// its consumer's delete is bounded by the feed's first-try bound (1 s at
+// most); when that fails (the connection closed first, the server gone),
+// the server's inactivity threshold (5 min) removes the consumer.
 func (f *follower) halt() {
-	if f.sub != nil {
-		_ = f.sub.Unsubscribe()
-		return
-	}
-	f.end()
-	<-f.done
-	f.feed.wait()
+	f.stop(context.Background())
 }
 
 // awaitHooks let internal tests act between the steps of Await.

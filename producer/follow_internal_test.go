@@ -143,3 +143,38 @@ func TestAwaitReadsAgainWhatTheFollowerMissed(t *testing.T) {
 		t.Fatal("Await did not read the stored event again")
 	}
 }
+
+// TestCloseDeletesTheFollowersConsumers checks that a closed producer
+// leaves no consumer of its followers on the events stream, rather than
+// leaving them to the server's inactivity threshold.
+func TestCloseDeletesTheFollowersConsumers(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartJetStream(t)
+	nc := srv.Connect(t)
+	js := testutil.JetStream(t, nc)
+	ctx := testutil.Context(t, 30*time.Second)
+	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
+	events, err := bus.NewEvents(ctx, js, contracts.Subjects{})
+	require.NoError(t, err)
+	stream, err := js.Stream(ctx, contracts.Subjects{}.EventsStream())
+	require.NoError(t, err)
+	consumers := func() int {
+		t.Helper()
+		info, err := stream.Info(ctx)
+		require.NoError(t, err)
+		return info.State.Consumers
+	}
+	before := consumers()
+	p, err := New(nc, &Config{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	for _, session := range []string{"a", "b", "c"} {
+		ev := contracts.NewEvent("/test", &contracts.Job{ID: "j-" + session, Session: session, Tool: contracts.ToolNoop}, contracts.StatusCompleted, 1, time.Now())
+		_, err := events.Publish(ctx, ev, 0, "")
+		require.NoError(t, err)
+		_, err = p.Await(ctx, session, "j-"+session, nil)
+		require.NoError(t, err)
+	}
+	require.Equal(t, before+3, consumers(), "a follower per session")
+	p.Close()
+	require.Equal(t, before, consumers(), "the followers' consumers once the producer closed")
+}

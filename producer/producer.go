@@ -536,16 +536,27 @@ func (p *Producer) cancelImported(ctx context.Context, session, jobID string) er
 	return nil
 }
 
-// Close stops following every session. Pending Awaits end with their contexts.
+// Close stops following every session and deletes the followers'
+// consumers; it returns within about a second when the server does not
+// answer. Pending Awaits end with their contexts. Close the producer
+// before its connection, or its consumers are left to the server's
+// inactivity threshold (5 minutes).
 func (p *Producer) Close() {
 	p.mu.Lock()
 	fs := p.followers
 	p.followers = map[string]*follower{}
 	p.closed = true
 	p.mu.Unlock()
+	// Each follower's consumer is deleted now (each delete bounded by
+	// about a second, all at once), rather than left to the server's
+	// inactivity threshold: a program that makes a producer per request
+	// (a CLI call, a short-lived agent turn) would otherwise leave a
+	// consumer per session behind it for five minutes.
+	var wg sync.WaitGroup
 	for _, f := range fs {
-		f.halt()
+		wg.Go(f.halt)
 	}
+	wg.Wait()
 }
 
 // retrying runs op until it succeeds or ctx ends, with a growing pause
