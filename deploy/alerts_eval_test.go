@@ -183,6 +183,16 @@ func TestAlertsFire(t *testing.T) {
 			series: `toolq_dlq_messages{tool="exec", instance="w1"} 5x20 0x20`,
 		},
 		{
+			name: "the queue sweep dead-letters a tenant's jobs", alert: "ToolqJobsExpiredUnserved", at: minutes(25),
+			series: `toolq_queue_expired_total{tenant="ACME", instance="w1"} 0x20 3x20
+			         toolq_queue_expired_total{tenant="", instance="w1"} 0x40`,
+			want: []map[string]string{{"tenant": "ACME"}},
+		},
+		{
+			name: "no job expired for 15 minutes", alert: "ToolqJobsExpiredUnserved", at: minutes(40),
+			series: `toolq_queue_expired_total{tenant="ACME", instance="w1"} 0x20 3x20`,
+		},
+		{
 			name: "a fifth of the jobs fail", alert: "ToolqJobFailureRatioHigh", at: minutes(25),
 			series: `toolq_jobs_total{tool="exec", tenant="", outcome="completed"} 0+8x30
 			         toolq_jobs_total{tool="exec", tenant="ACME", outcome="failed"} 0+1x30

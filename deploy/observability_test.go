@@ -90,6 +90,9 @@ func registeredFamilies(t *testing.T) map[string]*family {
 	dlq, ok := obs.(worker.DLQObserver)
 	require.True(t, ok, "the worker's observer reads the DLQ's size")
 	dlq.DLQ(worker.DLQSize{Messages: map[string]uint64{"code_execution": 2}, Bytes: 4096})
+	expiry, ok := obs.(worker.QueueExpiryObserver)
+	require.True(t, ok, "the worker's observer counts the queue sweep's dead letters")
+	expiry.QueueExpired("ACME")
 	cm := m.CodeMode()
 	cm.Suspended(4096)
 	cm.Resumed(false)
@@ -333,7 +336,7 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	require.ElementsMatch(t, []string{
-		"ToolqDeadLettersGrowing", "ToolqJobFailureRatioHigh", "ToolqProviderBreakerOpen",
+		"ToolqDeadLettersGrowing", "ToolqJobsExpiredUnserved", "ToolqJobFailureRatioHigh", "ToolqProviderBreakerOpen",
 		"ToolqConsumerLagRising", "ToolqExecApprovalWaiting", "ToolqExecApprovalsExpired", "ToolqScheduleFiringErrors",
 		"ToolqScheduleFiringsLate",
 	}, names)

@@ -10,7 +10,9 @@
 // Worker: toolq_jobs_total{tool,tenant,outcome}, toolq_job_duration_seconds{tool},
 // toolq_job_queue_wait_seconds{tool}, toolq_job_retries_total{tool},
 // toolq_job_requeues_total{tool}, toolq_jobs_in_flight{tool},
-// toolq_dead_letters_total{tool}, toolq_consumer_pending{tool,tenant} and
+// toolq_dead_letters_total{tool}, toolq_queue_expired_total{tenant} (jobs
+// the queue sweep dead-lettered: their tool nobody served; by tenant, as
+// their tool is any name a submitter chose), toolq_consumer_pending{tool,tenant} and
 // toolq_consumer_ack_pending{tool,tenant}, toolq_dlq_messages{tool} and
 // toolq_dlq_bytes (the whole DLQ stream, tools capped at MaxDLQTools; read
 // on the worker's timer, not at scrape time). Code mode:

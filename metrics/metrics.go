@@ -41,6 +41,7 @@ type Metrics struct {
 	requeues   *prometheus.CounterVec
 	inFlight   *prometheus.GaugeVec
 	deadLetter *prometheus.CounterVec
+	expired    *prometheus.CounterVec
 	lag        *lagCollector
 	dlq        *dlqCollector
 
@@ -109,6 +110,9 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 	m.deadLetter = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolq_dead_letters_total", Help: "Jobs this worker moved to the DLQ, by tool.",
 	}, []string{"tool"})
+	m.expired = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "toolq_queue_expired_total", Help: "Jobs this worker's queue sweep moved to the DLQ because no worker served their tool within its queue-time limit, by tenant.",
+	}, []string{"tenant"})
 	m.lag = &lagCollector{
 		pending: prometheus.NewDesc("toolq_consumer_pending",
 			"Jobs of a tool and tenant not yet delivered (the consumer's pending count), as the worker last read it.", []string{"tool", "tenant"}, nil),
@@ -184,7 +188,7 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 	})
 
 	for _, c := range []prometheus.Collector{
-		m.jobs, m.duration, m.queueWait, m.retries, m.requeues, m.inFlight, m.deadLetter, m.lag, m.dlq,
+		m.jobs, m.duration, m.queueWait, m.retries, m.requeues, m.inFlight, m.deadLetter, m.expired, m.lag, m.dlq,
 		m.suspends, m.resumes, m.snapshotBytes, m.runsStored, m.vmIdle, m.vmInUse, m.restores, m.restoreDuration, m.approvals, m.decisions, m.pending, m.pendingAge, m.breaker,
 		m.firings, m.lateness, m.catchUps, m.firingErr,
 	} {
@@ -237,6 +241,11 @@ func (o workerObserver) Tool(tool, tenant string) worker.ToolObserver {
 		}
 	}
 	return t
+}
+
+// QueueExpired counts a job the worker's queue sweep dead-lettered.
+func (o workerObserver) QueueExpired(tenant string) {
+	o.m.expired.WithLabelValues(o.m.tenant(tenant)).Inc()
 }
 
 // counted reports whether toolq_jobs_total counts the outcome.

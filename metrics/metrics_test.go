@@ -329,3 +329,51 @@ func TestDLQSizeScraped(t *testing.T) {
 		return ok && msgs == 0 && b == 0
 	}, 20*time.Second, 100*time.Millisecond, "back to 0 after the purge")
 }
+
+// TestQueueExpiredScraped runs a worker with a queue-time limit and a job
+// for a tool nobody serves: the sweep dead-letters it and
+// toolq_queue_expired_total counts it, under the default tenant's label.
+func TestQueueExpiredScraped(t *testing.T) {
+	t.Parallel()
+	srv := testutil.StartJetStream(t)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, nil)
+	require.NoError(t, err)
+	w, err := worker.New(srv.Connect(t), &worker.Config{Builtins: true, Logger: quiet, Observer: m.Worker(), MaxQueueTime: 200 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(testutil.Context(t, 10*time.Second)))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, w.Stop(ctx))
+	})
+	prod, err := producer.New(srv.Connect(t), &producer.Config{Session: "expiry", Logger: quiet, SubmitUnserved: true})
+	require.NoError(t, err)
+	t.Cleanup(prod.Close)
+	ctx := testutil.Context(t, 30*time.Second)
+
+	expired := func() float64 {
+		fams, err := reg.Gather()
+		require.NoError(t, err)
+		byName := map[string]*dto.MetricFamily{}
+		for _, f := range fams {
+			byName[f.GetName()] = f
+		}
+		v, _ := value(byName, "toolq_queue_expired_total", map[string]string{"tenant": ""})
+		return v
+	}
+	require.InDelta(t, 0, expired(), 0)
+	for range 2 {
+		job, err := prod.Submit(ctx, "nobody_serves_this", json.RawMessage(`{}`), nil)
+		require.NoError(t, err)
+		ev, err := prod.Await(ctx, job.Session, job.ID, nil)
+		require.NoError(t, err)
+		require.Equal(t, contracts.StatusFailed, ev.Data.Status)
+		require.Equal(t, contracts.CodeRuntimeUnavailable, ev.Data.Error.Code)
+	}
+	// The counter moves right after the failed event is stored, so it may
+	// trail the Await by a moment; later sweeps must not count them again.
+	require.Eventually(t, func() bool { return expired() == 2 }, 5*time.Second, 20*time.Millisecond)
+	time.Sleep(600 * time.Millisecond) // three sweep intervals
+	require.InDelta(t, 2, expired(), 0, "both expired jobs counted once each")
+}

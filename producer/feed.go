@@ -274,9 +274,6 @@ func (f *feed) close(ctx context.Context) {
 	f.deletes.Wait()
 }
 
-// wait waits for the deletes drop started.
-func (f *feed) wait() { f.deletes.Wait() }
-
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -33,6 +33,16 @@ type DLQObserver interface {
 	DLQ(size DLQSize)
 }
 
+// QueueExpiryObserver is an Observer that is also told when this worker's
+// queue sweep moved to the DLQ a job that no worker served within its
+// tool's queue-time limit (Config.MaxQueueTime): a dead letter with no
+// delivery, so no ToolObserver sees it. Only the tenant is given: the
+// tool of such a job is any name a submitter chose, not a bounded label.
+type QueueExpiryObserver interface {
+	Observer
+	QueueExpired(tenant string)
+}
+
 // DLQSize is the dead-letter stream's content as the worker last read it:
 // the messages on each tool's dead-letter subject (<prefix>.dlq.<tool>)
 // and the stream's bytes. It is the whole stream, every worker's dead

@@ -185,6 +185,7 @@ func (w *Worker) expire(ctx context.Context, stream jetstream.Stream, tenant, to
 				return // someone else wrote the job's end; the next sweep looks again
 			}
 			ended = fe
+			w.countExpired(tenant) // once: only one sweep's failed event is stored
 		}
 		if err := w.notifyParent(ctx, job, ended, raw.Header.Get(bus.HeaderTraceParent)); err != nil {
 			w.log.Warn("queue sweep: parent run not told", slog.Any("err", err))
@@ -198,9 +199,20 @@ func (w *Worker) expire(ctx context.Context, stream jetstream.Stream, tenant, to
 		w.log.Debug("queue sweep: delete", slog.Any("err", err))
 		return
 	}
+	if job == nil {
+		w.countExpired(tenant) // an unreadable job, which has no event
+	}
 	if ended != nil && ended.Data.Status != contracts.StatusFailed {
 		return // a job that had ended (a cancel) only leaves the queue
 	}
 	w.log.Warn("job waited longer than its tool's queue-time limit with no worker serving it; moved to the DLQ",
 		slog.String("tool", tool), slog.String("tenant", tenant), slog.Uint64("seq", raw.Sequence), slog.Duration("limit", limit))
+}
+
+// countExpired tells the observer, if it counts them, of a job the sweep
+// dead-lettered.
+func (w *Worker) countExpired(tenant string) {
+	if obs, ok := w.cfg.Observer.(QueueExpiryObserver); ok {
+		obs.QueueExpired(tenant)
+	}
 }
