@@ -116,12 +116,22 @@ const (
 	ReplayTruncatedHeader = "Toolq-Replay-Truncated"
 	// ReplayErrorHeader carries the reason a replay was refused or cut.
 	ReplayErrorHeader = "Toolq-Replay-Error"
+	// ReplayStoredHeader is set on each replayed event: the server's time
+	// of storing it (RFC 3339 with nanoseconds), where the next page of a
+	// truncated replay starts (ReplayRequest.Since).
+	ReplayStoredHeader = "Toolq-Replay-Stored"
 )
 
 // ReplayRequest is the optional body of a replay request.
 type ReplayRequest struct {
 	// JobID narrows the replay to one job's events.
 	JobID string `json:"jobId,omitempty"`
+	// Since starts the replay at the first event stored at or after it
+	// (the server's time); zero replays from the first. A reader pages
+	// through more events than one replay sends by asking again from
+	// shortly before the newest it passed. A worker that predates the
+	// field replays from the first.
+	Since time.Time `json:"since,omitzero"`
 }
 
 // TenantOf returns the tenant of a subject in the toolq account: the token

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,7 +25,8 @@ type ReadOpts struct {
 // ReadEvents calls fn with every stored event of session, oldest first, and
 // with new ones as they arrive when opts.Follow is set. On a tenant account
 // (Config.TenantAccount) a worker serving tenants replays the stored
-// events, at most 10,000 of them.
+// events, 10,000 at a time, and ReadEvents asks for the next page until it
+// has them all.
 func (p *Producer) ReadEvents(ctx context.Context, session string, opts *ReadOpts, fn func(*contracts.Event) error) error {
 	if err := contracts.ValidateID("session", session); err != nil {
 		return err
@@ -142,15 +144,74 @@ const (
 	readPendingBytes  = 256 << 20
 )
 
+// replayMargin is how long before the newest event a read has passed it
+// asks for the next page of a replay, or for the events its live
+// subscription dropped. Events are stamped by the workers that write them
+// and stored at the server's time; a minute covers their clocks' skew and
+// the time an event spends on the way. What comes again in the margin is
+// passed once (tenantRead.seen).
+const replayMargin = time.Minute
+
+// tenantRead is one ReadEvents on a tenant account: the events it passed,
+// so that one that comes twice (by the replay and the live subscription,
+// or in two replays' overlap) is passed once.
+type tenantRead struct {
+	fn func(*contracts.Event) error
+	// seen holds the passed events' ids with their times, back to
+	// replayMargin (and a minute more) before the newest: older ones
+	// cannot come again, as no replay asks from before that.
+	seen   map[string]time.Time
+	newest time.Time
+	passed int
+	// stored is the server's time of the last replayed event, when the
+	// worker said it: the next page starts there.
+	stored time.Time
+}
+
+func (r *tenantRead) deliver(data []byte) error {
+	ev, err := contracts.DecodeEvent(data)
+	if err != nil {
+		return nil // not an event: skipped
+	}
+	if _, dup := r.seen[ev.ID]; dup {
+		return nil
+	}
+	r.seen[ev.ID] = ev.Time
+	if ev.Time.After(r.newest) {
+		r.newest = ev.Time
+	}
+	if r.passed++; r.passed%1024 == 0 {
+		cut := r.since().Add(-time.Minute)
+		for id, at := range r.seen {
+			if at.Before(cut) {
+				delete(r.seen, id)
+			}
+		}
+	}
+	return r.fn(ev)
+}
+
+// since is where the next replay starts: replayMargin before the newest
+// event passed, or the first event when none was.
+func (r *tenantRead) since() time.Time {
+	if r.newest.IsZero() {
+		return time.Time{}
+	}
+	return r.newest.Add(-replayMargin)
+}
+
 // readImported is ReadEvents on a tenant account, which has no JetStream:
 // a worker serving tenants replays the stored events (ask on
-// <prefix>.replay.<session>, answered as a stream of messages), and, when
-// following, the live events come by a plain subscription to the imported
-// event subjects, opened before the replay so that nothing falls between
-// the two; an event that came both ways is passed once. When the live
-// subscription overflows (the reader fell behind by more than its pending
-// limits), the events it dropped are stored: ReadEvents asks for a replay
-// again and passes those it has not passed yet, late but not lost.
+// <prefix>.replay.<session>, answered as a stream of messages, up to
+// 10,000 a replay; a longer history is read in pages, each asked from
+// shortly before the newest event passed), and, when following, the live
+// events come by a plain subscription to the imported event subjects,
+// opened before the replay so that nothing falls between the two; an
+// event that came both ways is passed once. When the live subscription
+// overflows (the reader fell behind by more than its pending limit), the
+// events it dropped are stored: ReadEvents asks for a replay from shortly
+// before the newest event it passed, and passes the events it has not
+// passed yet, late but not lost.
 func (p *Producer) readImported(ctx context.Context, session string, o ReadOpts, fn func(*contracts.Event) error) error {
 	subject := p.cfg.Subjects.SessionEvents(session)
 	if o.JobID != "" {
@@ -164,18 +225,8 @@ func (p *Producer) readImported(ctx context.Context, session string, o ReadOpts,
 		}
 		defer func() { _ = live.Unsubscribe() }()
 	}
-	seen := map[string]bool{}
-	deliver := func(data []byte) error {
-		ev, err := contracts.DecodeEvent(data)
-		if err != nil || seen[ev.ID] {
-			return nil
-		}
-		if o.Follow {
-			seen[ev.ID] = true
-		}
-		return fn(ev)
-	}
-	err := p.replay(ctx, session, o.JobID, deliver)
+	r := &tenantRead{fn: fn, seen: map[string]time.Time{}}
+	err := p.replayAll(ctx, session, o.JobID, r)
 	if errors.Is(err, ErrStop) {
 		return nil
 	}
@@ -187,9 +238,9 @@ func (p *Producer) readImported(ctx context.Context, session string, o ReadOpts,
 		switch {
 		case errors.Is(err, nats.ErrSlowConsumer):
 			p.log.Warn("tenant event read fell behind; replaying what it missed", "session", session)
-			err = p.replay(ctx, session, o.JobID, deliver)
+			err = p.replayAll(ctx, session, o.JobID, r)
 		case err == nil:
-			err = deliver(m.Data)
+			err = r.deliver(m.Data)
 		case ctx.Err() != nil:
 			return ctx.Err()
 		default:
@@ -200,6 +251,30 @@ func (p *Producer) readImported(ctx context.Context, session string, o ReadOpts,
 		}
 		if err != nil {
 			return err
+		}
+	}
+}
+
+// replayAll replays the session's events from r.since() on, then page by
+// page until a replay is not truncated, each page from the server's time
+// of the last event of the one before (its events at that very time come
+// again and are passed once). A page that passes nothing new would be
+// asked again forever: that fails instead.
+func (p *Producer) replayAll(ctx context.Context, session, jobID string, r *tenantRead) error {
+	since := r.since()
+	for {
+		before := r.passed
+		r.stored = time.Time{}
+		truncated, err := p.replay(ctx, session, jobID, since, r)
+		if err != nil || !truncated {
+			return err
+		}
+		if r.passed == before {
+			return fmt.Errorf("producer: replay events of %s: a page of the replay passed no new event; read them by job (JobID)", session)
+		}
+		since = r.stored
+		if since.IsZero() { // a worker that does not say: from the events' own times
+			since = r.since()
 		}
 	}
 }
@@ -218,25 +293,26 @@ func (p *Producer) pendingSub(subject string, msgs int) (*nats.Subscription, err
 	return sub, nil
 }
 
-// replay asks a worker for the session's stored events and passes each to
-// deliver until the end message. A replay that overflowed the reader's
-// pending limits fails: it lost events in the middle, and passing the rest
-// would pass them out of order.
-func (p *Producer) replay(ctx context.Context, session, jobID string, deliver func([]byte) error) error {
+// replay asks a worker for the session's events stored from since on (all
+// when zero) and passes each to r until the end message; truncated
+// says the worker had more than one replay sends. A replay that
+// overflowed the reader's pending limits fails: it lost events in the
+// middle, and passing the rest would pass them out of order.
+func (p *Producer) replay(ctx context.Context, session, jobID string, since time.Time, r *tenantRead) (truncated bool, err error) {
 	inbox := p.nc.NewRespInbox()
 	sub, err := p.pendingSub(inbox, replayPendingMsgs)
 	if err != nil {
-		return fmt.Errorf("producer: replay events: %w", err)
+		return false, fmt.Errorf("producer: replay events: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	var body []byte
-	if jobID != "" {
-		body, _ = json.Marshal(contracts.ReplayRequest{JobID: jobID})
+	if jobID != "" || !since.IsZero() {
+		body, _ = json.Marshal(contracts.ReplayRequest{JobID: jobID, Since: since})
 	}
 	req := nats.NewMsg(p.cfg.Subjects.Replay(session))
 	req.Reply, req.Data = inbox, body
 	if err := p.nc.PublishMsg(req); err != nil {
-		return fmt.Errorf("producer: replay events: %w", err)
+		return false, fmt.Errorf("producer: replay events: %w", err)
 	}
 	for {
 		// The timeout is between messages: a long replay is fine as long
@@ -247,25 +323,28 @@ func (p *Producer) replay(ctx context.Context, session, jobID string, deliver fu
 		switch {
 		case err == nil:
 		case ctx.Err() != nil:
-			return ctx.Err()
+			return false, ctx.Err()
 		case errors.Is(err, nats.ErrSlowConsumer):
-			return fmt.Errorf("producer: replay events of %s: the reader fell behind by more than %d MB and events were dropped", session, readPendingBytes>>20)
+			return false, fmt.Errorf("producer: replay events of %s: the reader fell behind by more than %d MB and events were dropped", session, readPendingBytes>>20)
 		case errors.Is(err, context.DeadlineExceeded):
-			return fmt.Errorf("producer: replay events of %s: no answer within %s (is a worker serving tenants running?)", session, p.cfg.Timeout)
+			return false, fmt.Errorf("producer: replay events of %s: no answer within %s (is a worker serving tenants running?)", session, p.cfg.Timeout)
 		default:
-			return fmt.Errorf("producer: replay events of %s: %w", session, err)
+			return false, fmt.Errorf("producer: replay events of %s: %w", session, err)
 		}
 		if m.Header.Get(contracts.ReplayEndHeader) != "" {
 			if reason := m.Header.Get(contracts.ReplayErrorHeader); reason != "" {
-				return fmt.Errorf("producer: replay events of %s: %s", session, reason)
+				return false, fmt.Errorf("producer: replay events of %s: %s", session, reason)
 			}
-			return nil
+			return m.Header.Get(contracts.ReplayTruncatedHeader) != "", nil
 		}
 		if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
-			return fmt.Errorf("producer: replay events of %s: no worker serves tenants' replays", session)
+			return false, fmt.Errorf("producer: replay events of %s: no worker serves tenants' replays", session)
 		}
-		if err := deliver(m.Data); err != nil {
-			return err
+		if at, err := time.Parse(time.RFC3339Nano, m.Header.Get(contracts.ReplayStoredHeader)); err == nil {
+			r.stored = at
+		}
+		if err := r.deliver(m.Data); err != nil {
+			return false, err
 		}
 	}
 }

@@ -52,7 +52,7 @@ type Config struct {
 	// follows events by subscription, reads a job's last event by direct
 	// get, and cancels through the imported cancel subjects, leaving the
 	// cancelled event to the worker. ReadEvents asks a worker serving
-	// tenants to replay the stored events (at most 10,000).
+	// tenants to replay the stored events, in pages of 10,000.
 	//
 	// A tenant's producer cannot see the jobs streams, so it does not check
 	// that a tool is served (SubmitUnserved): a job for a tool nobody

@@ -91,7 +91,7 @@ func (w *Worker) replay(m *nats.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(w.runCtx, time.Minute)
 	defer cancel()
-	sent, more, err := w.sendReplay(ctx, m.Reply, filter)
+	sent, more, err := w.sendReplay(ctx, m.Reply, filter, req.Since)
 	log := w.log.With(slog.String("tenant", tenant), slog.String("session", session))
 	if err != nil {
 		log.Warn("replay cut short", slog.Int("sent", sent), slog.Any("err", err))
@@ -108,13 +108,18 @@ func (w *Worker) replay(m *nats.Msg) {
 	}
 }
 
-// sendReplay publishes the stored events on filter to reply, at most
-// maxReplayEvents of them; more says some were left.
-func (w *Worker) sendReplay(ctx context.Context, reply, filter string) (sent int, more bool, err error) {
-	cons, err := w.js.OrderedConsumer(ctx, w.cfg.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{
+// sendReplay publishes the stored events on filter to reply, from the
+// first stored at or after since (all when zero), at most maxReplayEvents
+// of them; more says some were left.
+func (w *Worker) sendReplay(ctx context.Context, reply, filter string, since time.Time) (sent int, more bool, err error) {
+	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{filter},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
+	}
+	if !since.IsZero() {
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	}
+	cons, err := w.js.OrderedConsumer(ctx, w.cfg.Subjects.EventsStream(), cfg)
 	if err != nil {
 		return 0, false, err
 	}
@@ -131,13 +136,17 @@ func (w *Worker) sendReplay(ctx context.Context, reply, filter string) (sent int
 		n := 0
 		for msg := range batch.Messages() {
 			n++
-			if err := w.nc.Publish(reply, msg.Data()); err != nil {
+			out := nats.NewMsg(reply)
+			out.Data = msg.Data()
+			md, err := msg.Metadata()
+			if err == nil {
+				pending = md.NumPending
+				out.Header.Set(contracts.ReplayStoredHeader, md.Timestamp.UTC().Format(time.RFC3339Nano))
+			}
+			if err := w.nc.PublishMsg(out); err != nil {
 				return sent, false, err
 			}
 			sent++
-			if md, err := msg.Metadata(); err == nil {
-				pending = md.NumPending
-			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return sent, false, err

@@ -27,7 +27,7 @@ import (
 // terminal event is passed.
 func TestTenantReadLosesNothingWhenSlow(t *testing.T) {
 	t.Parallel()
-	const jobs = 300
+	const jobs, bigJobs = 300, 10_500
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	dir := t.TempDir()
@@ -41,7 +41,7 @@ func TestTenantReadLosesNothingWhenSlow(t *testing.T) {
 	t.Cleanup(wnc.Close)
 	wjs, err := jetstream.New(wnc)
 	require.NoError(t, err)
-	require.NoError(t, bus.AddTenant(ctx, wjs, bus.Config{}, contracts.TenantRecord{Name: benchTenantName, QueueLimit: 2 * jobs}))
+	require.NoError(t, bus.AddTenant(ctx, wjs, bus.Config{}, contracts.TenantRecord{Name: benchTenantName, QueueLimit: 2*jobs + bigJobs}))
 	quiet := slog.New(slog.DiscardHandler)
 	w, err := worker.New(wnc, &worker.Config{Name: "slow-reader", Logger: quiet, Builtins: true, Tenants: true})
 	require.NoError(t, err)
@@ -132,4 +132,30 @@ func TestTenantReadLosesNothingWhenSlow(t *testing.T) {
 	for _, id := range append(first, second...) {
 		require.True(t, followed[id], "followed read missed job %s", id)
 	}
+
+	// A history longer than one replay (10,000 events) is read in pages.
+	var big []*contracts.Job
+	for i := range bigJobs {
+		big = append(big, &contracts.Job{ID: fmt.Sprintf("big-%05d", i), Tool: worker.ToolNoop, Session: session, Input: json.RawMessage(`{}`)})
+	}
+	res, err := p.SubmitBatch(ctx, big, nil)
+	require.NoError(t, err)
+	require.Equal(t, bigJobs, res.Submitted)
+	for _, j := range big[len(big)-10:] {
+		_, err := p.Await(ctx, session, j.ID, nil)
+		require.NoError(t, err)
+	}
+	events, ended := 0, map[string]bool{}
+	require.Eventually(t, func() bool {
+		events, ended = 0, map[string]bool{}
+		require.NoError(t, p.ReadEvents(ctx, session, nil, func(ev *contracts.Event) error {
+			events++
+			if ev.Data.Status.Terminal() {
+				ended[ev.Data.JobID] = true
+			}
+			return nil
+		}))
+		return len(ended) == 2*jobs+bigJobs
+	}, 30*time.Second, 500*time.Millisecond, "every job's end read back")
+	require.Greater(t, events, 10_000, "the history is longer than one replay")
 }
