@@ -167,6 +167,12 @@ func (s *mcpServe) handler(d tooldefs.Definition) sdk.ToolHandler {
 	}
 }
 
+// progressBuffer is how many of a job's events a call holds while the
+// client takes its progress notifications: a code-mode run's output comes
+// as many progress events. Past it an event is dropped, which costs a
+// progress notification only (the result comes by Await).
+const progressBuffer = 1024
+
 // call runs one tools/call as a job and waits for it.
 func (s *mcpServe) call(ctx context.Context, req *sdk.CallToolRequest, d tooldefs.Definition) (*sdk.CallToolResult, error) {
 	session := s.session(req.Session)
@@ -184,7 +190,7 @@ func (s *mcpServe) call(ctx context.Context, req *sdk.CallToolRequest, d tooldef
 	if token != nil {
 		// Subscribed before the submit, so no running event is missed; the
 		// job asks for them (Progress).
-		events = make(chan *nats.Msg, 64)
+		events = make(chan *nats.Msg, progressBuffer)
 		sub, err := s.nc.ChanSubscribe(s.subj.Event(session, id), events)
 		if err != nil {
 			return nil, fmt.Errorf("follow the job's events: %w", err)
@@ -331,7 +337,7 @@ func (s *mcpServe) approvalAnswered(ctx context.Context, req *sdk.CallToolReques
 	token := req.Params.GetProgressToken()
 	var events chan *nats.Msg
 	if token != nil && accepted {
-		events = make(chan *nats.Msg, 64)
+		events = make(chan *nats.Msg, progressBuffer)
 		sub, err := s.nc.ChanSubscribe(s.subj.Event(session, job.ID), events)
 		if err != nil {
 			return nil, fmt.Errorf("follow the job's events: %w", err)
