@@ -5,14 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolq/toolq/contracts"
-	"github.com/toolq/toolq/internal/bus"
-	"github.com/toolq/toolq/internal/testutil"
 )
 
 // TestFeedRemakesADeletedConsumerWhereItLeftOff: the server deletes a
@@ -24,19 +21,9 @@ import (
 // new-only consumer: the test sees each event once, in order.
 func TestFeedRemakesADeletedConsumerWhereItLeftOff(t *testing.T) {
 	t.Parallel()
-	srv := testutil.StartJetStream(t)
-	nc := srv.Connect(t)
-	js := testutil.JetStream(t, nc)
-	ctx := testutil.Context(t, 30*time.Second)
-	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
-	events, err := bus.NewEvents(ctx, js, contracts.Subjects{})
-	require.NoError(t, err)
-	emit := func(jobID string) {
-		t.Helper()
-		ev := contracts.NewEvent("/test", &contracts.Job{ID: jobID, Session: "f", Tool: contracts.ToolNoop}, contracts.StatusCompleted, 1, time.Now())
-		_, err := events.Publish(ctx, ev, 0, "")
-		require.NoError(t, err)
-	}
+	b := setupEvents(t)
+	nc, js, ctx := b.nc, b.js, b.ctx
+	emit := func(jobID string) { b.emit(t, "f", jobID) }
 	p, err := New(nc, &Config{Session: "f", Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
@@ -101,21 +88,10 @@ func TestFeedRemakesADeletedConsumerWhereItLeftOff(t *testing.T) {
 // session's own, in order, each once, and none of another session's.
 func TestFeedPollReadsWhatFollowsTheCursor(t *testing.T) {
 	t.Parallel()
-	srv := testutil.StartJetStream(t)
-	nc := srv.Connect(t)
-	js := testutil.JetStream(t, nc)
-	ctx := testutil.Context(t, 30*time.Second)
-	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
-	events, err := bus.NewEvents(ctx, js, contracts.Subjects{})
-	require.NoError(t, err)
+	b := setupEvents(t)
+	nc, ctx := b.nc, b.ctx
 	seqs := map[string]uint64{}
-	emit := func(session, jobID string) {
-		t.Helper()
-		ev := contracts.NewEvent("/test", &contracts.Job{ID: jobID, Session: session, Tool: contracts.ToolNoop}, contracts.StatusCompleted, 1, time.Now())
-		seq, err := events.Publish(ctx, ev, 0, "")
-		require.NoError(t, err)
-		seqs[jobID] = seq
-	}
+	emit := func(session, jobID string) { seqs[jobID] = b.emit(t, session, jobID) }
 	p, err := New(nc, &Config{Session: "p", Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(p.Close)

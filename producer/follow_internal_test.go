@@ -9,8 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolq/toolq/contracts"
-	"github.com/toolq/toolq/internal/bus"
-	"github.com/toolq/toolq/internal/testutil"
 )
 
 // TestAwaitKeepsTheIdleFollowerItFound is the regression test of a hang:
@@ -20,13 +18,8 @@ import (
 // stopped consumer until its context ended.
 func TestAwaitKeepsTheIdleFollowerItFound(t *testing.T) {
 	t.Parallel()
-	srv := testutil.StartJetStream(t)
-	nc := srv.Connect(t)
-	js := testutil.JetStream(t, nc)
-	ctx := testutil.Context(t, 30*time.Second)
-	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
-	events, err := bus.NewEvents(ctx, js, contracts.Subjects{})
-	require.NoError(t, err)
+	b := setupEvents(t)
+	nc, ctx, events := b.nc, b.ctx, b.events
 	emit := func(session, jobID string, status contracts.Status, expect uint64) uint64 {
 		t.Helper()
 		ev := contracts.NewEvent("/test", &contracts.Job{ID: jobID, Session: session, Tool: contracts.ToolNoop}, status, 1, time.Now())
@@ -102,13 +95,8 @@ func TestAwaitKeepsTheIdleFollowerItFound(t *testing.T) {
 // event: only the re-read can return it.
 func TestAwaitReadsAgainWhatTheFollowerMissed(t *testing.T) {
 	t.Parallel()
-	srv := testutil.StartJetStream(t)
-	nc := srv.Connect(t)
-	js := testutil.JetStream(t, nc)
-	ctx := testutil.Context(t, 30*time.Second)
-	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
-	events, err := bus.NewEvents(ctx, js, contracts.Subjects{})
-	require.NoError(t, err)
+	b := setupEvents(t)
+	nc, ctx, events := b.nc, b.ctx, b.events
 	p, err := New(nc, &Config{Session: "s", Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
@@ -149,14 +137,9 @@ func TestAwaitReadsAgainWhatTheFollowerMissed(t *testing.T) {
 // leaving them to the server's inactivity threshold.
 func TestCloseDeletesTheFollowersConsumers(t *testing.T) {
 	t.Parallel()
-	srv := testutil.StartJetStream(t)
-	nc := srv.Connect(t)
-	js := testutil.JetStream(t, nc)
-	ctx := testutil.Context(t, 30*time.Second)
-	require.NoError(t, bus.Ensure(ctx, js, bus.Config{}))
-	events, err := bus.NewEvents(ctx, js, contracts.Subjects{})
-	require.NoError(t, err)
-	stream, err := js.Stream(ctx, contracts.Subjects{}.EventsStream())
+	b := setupEvents(t)
+	nc, ctx := b.nc, b.ctx
+	stream, err := b.js.Stream(ctx, contracts.Subjects{}.EventsStream())
 	require.NoError(t, err)
 	consumers := func() int {
 		t.Helper()
@@ -168,10 +151,8 @@ func TestCloseDeletesTheFollowersConsumers(t *testing.T) {
 	p, err := New(nc, &Config{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	for _, session := range []string{"a", "b", "c"} {
-		ev := contracts.NewEvent("/test", &contracts.Job{ID: "j-" + session, Session: session, Tool: contracts.ToolNoop}, contracts.StatusCompleted, 1, time.Now())
-		_, err := events.Publish(ctx, ev, 0, "")
-		require.NoError(t, err)
-		_, err = p.Await(ctx, session, "j-"+session, nil)
+		b.emit(t, session, "j-"+session)
+		_, err := p.Await(ctx, session, "j-"+session, nil)
 		require.NoError(t, err)
 	}
 	require.Equal(t, before+3, consumers(), "a follower per session")
