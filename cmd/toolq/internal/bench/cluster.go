@@ -48,7 +48,23 @@ type ClusterConfig struct {
 	// after the leader is killed (10 s when 0).
 	FailoverInterval time.Duration
 	FailoverFor      time.Duration
+	// Failover is how the leader goes: FailoverKill (the default) or
+	// FailoverLameDuck.
+	Failover string
 }
+
+// How the jobs stream's leader leaves in the failover run.
+const (
+	// FailoverKill SIGKILLs it: a crash, and JetStream's Raft election
+	// (4–9 s without the leader's heartbeat) before a new leader answers.
+	// Its figures start with leader_failover_.
+	FailoverKill = "kill"
+	// FailoverLameDuck puts it in lame duck mode (SIGUSR2), as a rolling
+	// upgrade of the servers does: it hands its leaderships over, stops
+	// taking connections, and after a grace period of 1 s closes its
+	// clients over 30 s and exits. Its figures start with leader_lameduck_.
+	FailoverLameDuck = "lameduck"
+)
 
 func (c *ClusterConfig) withDefaults() error {
 	if c.Nodes == 0 {
@@ -63,7 +79,12 @@ func (c *ClusterConfig) withDefaults() error {
 	if c.FailoverFor == 0 {
 		c.FailoverFor = 10 * time.Second
 	}
+	if c.Failover == "" {
+		c.Failover = FailoverKill
+	}
 	switch {
+	case c.Failover != FailoverKill && c.Failover != FailoverLameDuck:
+		return fmt.Errorf("bench: failover %q: want %s or %s", c.Failover, FailoverKill, FailoverLameDuck)
 	case c.ServerBin == "":
 		return errors.New("bench: a cluster run needs a nats-server executable")
 	case c.Nodes < 3 || c.Nodes > 5:
@@ -86,8 +107,9 @@ func (c *ClusterConfig) withDefaults() error {
 // RunCluster starts a cluster of cfg.Nodes nats-server processes, measures
 // throughput and latency with cfg.Workers worker processes on R<Nodes>
 // streams (figures ending in _cluster), then keeps a steady load of jobs
-// going, SIGKILLs the server that leads the jobs stream, and reports the
-// longest time no job completed (leader_failover_stall_ms) and that every
+// going, SIGKILLs the server that leads the jobs stream (or puts it in lame
+// duck mode: cfg.Failover), and reports the longest time no job completed
+// (leader_failover_stall_ms, or leader_lameduck_stall_ms) and that every
 // job submitted completed exactly once.
 func RunCluster(ctx context.Context, cfg ClusterConfig) (_ []Figure, err error) {
 	if err := cfg.withDefaults(); err != nil {
@@ -222,7 +244,11 @@ func failover(ctx context.Context, cfg ClusterConfig, cl *cluster, js jetstream.
 	if victim == nil {
 		return nil, fmt.Errorf("bench: the jobs stream's leader %q is not a server of this cluster", leader)
 	}
-	cfg.phase("failover: a job every %s, the jobs stream's leader (%s) killed after 1s, %s more of load", cfg.FailoverInterval, leader, cfg.FailoverFor)
+	leave, left, prefix := victim.kill, "killed", "leader_failover_"
+	if cfg.Failover == FailoverLameDuck {
+		leave, left, prefix = victim.lameDuck, "put in lame duck mode", "leader_lameduck_"
+	}
+	cfg.phase("failover: a job every %s, the jobs stream's leader (%s) %s after 1s, %s more of load", cfg.FailoverInterval, leader, left, cfg.FailoverFor)
 	var killedAt time.Time
 	start := time.Now()
 	var sg errgroup.Group
@@ -232,7 +258,7 @@ func failover(ctx context.Context, cfg ClusterConfig, cl *cluster, js jetstream.
 	for i := 0; ; i++ {
 		now := time.Now()
 		if killedAt.IsZero() && now.Sub(start) >= time.Second {
-			victim.kill()
+			leave()
 			killedAt = time.Now()
 		}
 		if !killedAt.IsZero() && now.Sub(killedAt) >= cfg.FailoverFor {
@@ -331,15 +357,15 @@ func failover(ctx context.Context, cfg ClusterConfig, cl *cluster, js jetstream.
 	from := killedAt.Add(-200 * time.Millisecond)
 	slices.Sort(latencies)
 	return []Figure{
-		{"leader_failover_stall_ms", ms(longestGap(ended, from, loadEnd)), "ms"},
-		{"leader_failover_requester_stall_ms", ms(longestGap(completed, from, loadEnd)), "ms"},
-		{"leader_failover_latency_p50", ms(pct(latencies, 50)), "ms"},
-		{"leader_failover_latency_max", ms(pct(latencies, 100)), "ms"},
-		{"leader_failover_jobs", float64(total), "jobs"},
-		{"leader_failover_lost", float64(lost), "jobs"},
-		{"leader_failover_unreceived", float64(unreceived), "jobs"},
-		{"leader_failover_redelivered", float64(redelivered(ctx, js) - redeliveredBefore), "jobs"},
-		{"leader_failover_duplicates", float64(dups), "events"},
+		{prefix + "stall_ms", ms(longestGap(ended, from, loadEnd)), "ms"},
+		{prefix + "requester_stall_ms", ms(longestGap(completed, from, loadEnd)), "ms"},
+		{prefix + "latency_p50", ms(pct(latencies, 50)), "ms"},
+		{prefix + "latency_max", ms(pct(latencies, 100)), "ms"},
+		{prefix + "jobs", float64(total), "jobs"},
+		{prefix + "lost", float64(lost), "jobs"},
+		{prefix + "unreceived", float64(unreceived), "jobs"},
+		{prefix + "redelivered", float64(redelivered(ctx, js) - redeliveredBefore), "jobs"},
+		{prefix + "duplicates", float64(dups), "events"},
 	}, nil
 }
 
@@ -442,6 +468,17 @@ func (n *node) kill() {
 	}
 }
 
+// lameDuck puts the server in lame duck mode (nats-server's SIGUSR2, what
+// `nats-server --signal ldm` sends); it exits by itself once its clients
+// are moved.
+func (n *node) lameDuck() {
+	select {
+	case <-n.done:
+	default:
+		_ = n.cmd.Process.Signal(syscall.SIGUSR2)
+	}
+}
+
 func (c *cluster) url() string {
 	urls := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
@@ -489,11 +526,17 @@ func startCluster(ctx context.Context, bin string, n int) (_ *cluster, err error
 	for _, p := range routes {
 		routeURLs = append(routeURLs, "nats://127.0.0.1:"+strconv.Itoa(p))
 	}
+	// Lame duck mode as a rolling upgrade would set it, short: a second's
+	// grace, then the clients moved over thirty (the least nats-server takes).
+	conf := filepath.Join(dir, "lameduck.conf")
+	if err := os.WriteFile(conf, []byte("lame_duck_grace_period: \"1s\"\nlame_duck_duration: \"30s\"\n"), 0o600); err != nil {
+		return nil, err
+	}
 	for i := range n {
 		name := fmt.Sprintf("toolq-bench-%d", i+1)
 		store := filepath.Join(dir, name)
 		cmd := exec.CommandContext(ctx, bin, //nolint:gosec // G204: the operator names the server executable
-			"-a", "127.0.0.1", "-p", strconv.Itoa(clients[i]), "-js", "-sd", store, "-n", name,
+			"-c", conf, "-a", "127.0.0.1", "-p", strconv.Itoa(clients[i]), "-js", "-sd", store, "-n", name,
 			"--cluster_name", "toolq-bench", "--cluster", routeURLs[i], "--routes", strings.Join(routeURLs, ","))
 		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 		if err := cmd.Start(); err != nil {

@@ -34,6 +34,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 		clusterNodes   int
 		clusterWork    int
 		failoverFor    time.Duration
+		failoverMode   string
 		flow           = bench.FlowDefaults()
 		soak           time.Duration
 		cpuProfile     string
@@ -72,7 +73,7 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 			}
 			if clusterBin != "" {
 				figs, err := bench.RunCluster(cmd.Context(), bench.ClusterConfig{
-					Config: cfg, ServerBin: clusterBin, Nodes: clusterNodes, Workers: clusterWork, FailoverFor: failoverFor,
+					Config: cfg, ServerBin: clusterBin, Nodes: clusterNodes, Workers: clusterWork, FailoverFor: failoverFor, Failover: failoverMode,
 					Start: workerProcesses(g, workerProfiles),
 				})
 				if err != nil {
@@ -248,6 +249,7 @@ lines) it also prints toolq's figures as ratios of the anchors.`,
 	f.IntVar(&clusterNodes, "cluster-nodes", 3, "nodes (and stream replicas) of --cluster-server")
 	f.IntVar(&clusterWork, "cluster-workers", 2, "worker processes of --cluster-server")
 	f.DurationVar(&failoverFor, "failover-for", 10*time.Second, "how long --cluster-server's steady load runs after the leader is killed")
+	f.StringVar(&failoverMode, "failover", bench.FailoverKill, "how --cluster-server's jobs stream leader leaves: kill (SIGKILL, a crash: figures leader_failover_*) or lameduck (lame duck mode, as a rolling upgrade of the servers: figures leader_lameduck_*)")
 	return cmd
 }
 

@@ -90,6 +90,32 @@ func TestBenchCluster(t *testing.T) { //nolint:paralleltest // starts three serv
 	require.Contains(t, errOut, "want 3 to 5")
 }
 
+// TestBenchClusterLameDuck runs bench --cluster-server with the jobs
+// stream's leader put in lame duck mode instead of killed, as a rolling
+// upgrade of the servers does: its figures are leader_lameduck_*, and
+// every job completed exactly once.
+func TestBenchClusterLameDuck(t *testing.T) { //nolint:paralleltest // starts three servers and two workers: alone, its timings mean something
+	bin := testutil.NATSServerBinary(t)
+	code, out, errOut := run(t, "bench", "--cluster-server", bin, "--jobs", "200",
+		"--submitters", "4", "--concurrency", "16", "--latency-jobs", "0", "--failover", "lameduck", "--failover-for", "3s")
+	require.Equal(t, 0, code, errOut)
+	figs := benchFigures(t, out)
+	for _, name := range []string{"leader_lameduck_stall_ms", "leader_lameduck_jobs"} {
+		require.Positive(t, figs[name], "%s in %v", name, figs)
+	}
+	for _, name := range []string{"leader_lameduck_lost", "leader_lameduck_duplicates"} {
+		v, ok := figs[name]
+		require.True(t, ok, "%s in %v", name, figs)
+		require.Zero(t, v, name)
+	}
+	_, killed := figs["leader_failover_stall_ms"]
+	require.False(t, killed, "no kill figures in a lame duck run: %v", figs)
+	require.Contains(t, errOut, "lame duck mode")
+	code, _, errOut = run(t, "bench", "--cluster-server", bin, "--failover", "reboot")
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "want kill or lameduck")
+}
+
 // TestBenchScenarioProcesses runs the concurrency and ratelimit scenarios,
 // small, against a nats-server process with worker processes: one of the
 // three concurrency workers is killed with SIGKILL, and the key was never
