@@ -185,3 +185,41 @@ func FuzzDecodeEvent(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeReplayRequest: a tenant's replay request body is read without
+// panicking; what is accepted names a valid job id or none and encodes
+// back to a request that decodes the same; what is refused is
+// invalid_input.
+func FuzzDecodeReplayRequest(f *testing.F) {
+	for _, doc := range []string{
+		``, `{}`, `{"jobId":"j1"}`, `{"since":"2026-12-06T23:40:00.123456789Z"}`,
+		`{"jobId":"j1","since":"2026-12-06T23:40:00Z","later":true}`,
+		`{"jobId":"a b"}`, `{"since":"yesterday"}`, `[]`, `null`, `{"jobId":1}`, `{} {}`,
+	} {
+		f.Add([]byte(doc))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := contracts.DecodeReplayRequest(data)
+		if err != nil {
+			if r != nil {
+				t.Fatalf("DecodeReplayRequest returned a request and an error for %q", data)
+			}
+			requireFuzzInvalidInput(t, data, err)
+			return
+		}
+		if r.JobID != "" && !contracts.ValidID(r.JobID) {
+			t.Fatalf("accepted invalid job id %q from %q", r.JobID, data)
+		}
+		enc, err := json.Marshal(r)
+		if err != nil {
+			t.Fatalf("accepted request does not encode: %v (from %q)", err, data)
+		}
+		back, err := contracts.DecodeReplayRequest(enc)
+		if err != nil {
+			t.Fatalf("re-encoded request %s is rejected: %v (from %q)", enc, err, data)
+		}
+		if back.JobID != r.JobID || !back.Since.Equal(r.Since) {
+			t.Fatalf("round trip changed the request: %+v vs %+v (from %q via %s)", r, back, data, enc)
+		}
+	})
+}

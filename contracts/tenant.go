@@ -134,6 +134,24 @@ type ReplayRequest struct {
 	Since time.Time `json:"since,omitzero"`
 }
 
+// DecodeReplayRequest reads a replay request's body, which a tenant's
+// client sends: empty for the whole session, else a JSON object. A field
+// it does not know is passed over (a newer client's), a jobId must be a
+// valid id. Errors are invalid_input.
+func DecodeReplayRequest(data []byte) (*ReplayRequest, error) {
+	var r ReplayRequest
+	if len(data) == 0 {
+		return &r, nil
+	}
+	if err := decodeObject(data, &r); err != nil {
+		return nil, Errorf(CodeInvalidInput, "replay request is not a JSON object: %v", err)
+	}
+	if r.JobID != "" && !ValidID(r.JobID) {
+		return nil, Errorf(CodeInvalidInput, "replay jobId is not a valid id")
+	}
+	return &r, nil
+}
+
 // TenantOf returns the tenant of a subject in the toolq account: the token
 // after <prefix>.t., or "" (the default tenant) for a plain subject. It
 // returns ok false for a subject of a tenant whose name is not a valid id.

@@ -420,6 +420,17 @@ func TestTenancy(t *testing.T) {
 		// attacker's own subspace (or is refused).
 		resp, err := b.globex.Request("toolq.t.ACME.replay."+victim.Session, nil, 500*time.Millisecond)
 		refused(t, "replay of ACME's subject", resp, err, victim.ID)
+		// A malformed body is refused with invalid_input and no event; a
+		// since after every stored event replays none.
+		resp, err = b.acme.Request("toolq.replay."+victim.Session, []byte(`{"jobId":"a b"}`), 2*time.Second)
+		require.NoError(t, err)
+		require.Equal(t, "0", resp.Header.Get(contracts.ReplayEndHeader))
+		require.Contains(t, resp.Header.Get(contracts.ReplayErrorHeader), "invalid_input")
+		later, _ := json.Marshal(contracts.ReplayRequest{Since: time.Now().Add(time.Hour)})
+		resp, err = b.acme.Request("toolq.replay."+victim.Session, later, 2*time.Second)
+		require.NoError(t, err)
+		require.Equal(t, "0", resp.Header.Get(contracts.ReplayEndHeader), "nothing stored after since")
+		require.Empty(t, resp.Header.Get(contracts.ReplayErrorHeader))
 
 		// Following: the stored events, then a new job's as it ends.
 		fctx, stop := context.WithCancel(ctx)

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -74,19 +73,13 @@ func (w *Worker) replay(m *nats.Msg) {
 		replayRefused(m, "invalid_input: replay subject names no tenant and session")
 		return
 	}
-	var req contracts.ReplayRequest
-	if len(m.Data) > 0 {
-		if err := json.Unmarshal(m.Data, &req); err != nil {
-			replayRefused(m, "invalid_input: replay request is not JSON")
-			return
-		}
+	req, err := contracts.DecodeReplayRequest(m.Data)
+	if err != nil {
+		replayRefused(m, err.Error())
+		return
 	}
 	filter := w.cfg.Subjects.TenantEvent(tenant, session, "*")
 	if req.JobID != "" {
-		if !contracts.ValidID(req.JobID) {
-			replayRefused(m, "invalid_input: replay jobId is not a valid id")
-			return
-		}
 		filter = w.cfg.Subjects.TenantEvent(tenant, session, req.JobID)
 	}
 	ctx, cancel := context.WithTimeout(w.runCtx, time.Minute)
