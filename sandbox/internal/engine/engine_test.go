@@ -20,7 +20,7 @@ var (
 )
 
 // testRuntime is shared: compiling under -race takes seconds.
-func testRuntime(t *testing.T) *Runtime {
+func testRuntime(t testing.TB) *Runtime {
 	t.Helper()
 	rtOnce.Do(func() {
 		wasm, err := EmbeddedWasm()
@@ -391,4 +391,28 @@ func TestPoolConcurrentReuse(t *testing.T) {
 	}
 	require.Equal(t, 0, pool.Idle())
 	require.Equal(t, 0, pool.InUse())
+}
+
+// BenchmarkReset: a VM that ran a little code (as a run does) loaded back
+// with the image, as the pool's resetter does after each run.
+func BenchmarkReset(b *testing.B) {
+	ctx := context.Background()
+	rt := testRuntime(b)
+	vm, err := rt.NewVM(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer vm.Close(ctx)
+	for b.Loop() {
+		b.StopTimer()
+		v, err := vm.Eval(ctx, "globalThis.x = [1, 2, 3].map(n => n * 2).join(','); x", "b.js", 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		vm.Free(ctx, v)
+		b.StartTimer()
+		if err := rt.Reset(ctx, vm); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
