@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -265,7 +266,7 @@ func (p *Producer) replayAll(ctx context.Context, session, jobID string, r *tena
 	for {
 		before := r.passed
 		r.stored = time.Time{}
-		truncated, err := p.replay(ctx, session, jobID, since, r)
+		truncated, err := p.replayWhenFree(ctx, session, jobID, since, r)
 		if err != nil || !truncated {
 			return err
 		}
@@ -276,6 +277,29 @@ func (p *Producer) replayAll(ctx context.Context, session, jobID string, r *tena
 		if since.IsZero() { // a worker that does not say: from the events' own times
 			since = r.since()
 		}
+	}
+}
+
+// errReplayBusy is a replay refused for want of a free slot on the worker
+// that took the request, before it sent any event.
+var errReplayBusy = errors.New("producer: replay refused: the worker is busy")
+
+// replayWhenFree is replay, asked again after a pause when a worker
+// refuses it as busy (each worker runs a few replays at once, and a few of
+// each tenant's), for up to Config.Timeout; the queue group may hand the
+// next request to another worker.
+func (p *Producer) replayWhenFree(ctx context.Context, session, jobID string, since time.Time, r *tenantRead) (bool, error) {
+	pause, giveUp := 50*time.Millisecond, time.Now().Add(p.cfg.Timeout)
+	for {
+		truncated, err := p.replay(ctx, session, jobID, since, r)
+		if !errors.Is(err, errReplayBusy) || time.Now().After(giveUp) {
+			return truncated, err
+		}
+		p.log.Debug("replay busy; asking again", "session", session, "pause", pause)
+		if !sleepCtx(ctx, pause) {
+			return false, fmt.Errorf("%w (%w)", ctx.Err(), err)
+		}
+		pause = min(2*pause, time.Second)
 	}
 }
 
@@ -333,6 +357,9 @@ func (p *Producer) replay(ctx context.Context, session, jobID string, since time
 		}
 		if m.Header.Get(contracts.ReplayEndHeader) != "" {
 			if reason := m.Header.Get(contracts.ReplayErrorHeader); reason != "" {
+				if strings.HasPrefix(reason, "busy") {
+					return false, fmt.Errorf("%w: %s", errReplayBusy, reason)
+				}
 				return false, fmt.Errorf("producer: replay events of %s: %s", session, reason)
 			}
 			return m.Header.Get(contracts.ReplayTruncatedHeader) != "", nil

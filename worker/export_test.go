@@ -37,3 +37,11 @@ func NotedLastEvent(w *Worker, j *contracts.Job) bool {
 	_, ok := w.lastEvents.by[lastEventKey(j)]
 	return ok
 }
+
+// HoldReplays makes w's replays wait, once they have their slots, until
+// the returned func is called.
+func HoldReplays(w *Worker) (release func()) {
+	hold := make(chan struct{})
+	w.replays.hold.Store(&hold)
+	return func() { close(hold) }
+}

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,13 +27,50 @@ import (
 const (
 	// maxReplayEvents bounds one replay; the end says when more were stored.
 	maxReplayEvents = 10_000
-	// maxReplays is how many replays one worker runs at once; a request
-	// past it is answered at once with a busy error.
-	maxReplays = 8
+	// maxReplays is how many replays one worker runs at once, and
+	// maxTenantReplays how many of them one tenant's; a request past
+	// either is answered at once with a busy error, which the requester's
+	// producer asks again after a pause (another worker of the queue group
+	// may take it). So a tenant that floods replays fills its own share,
+	// never every slot: the others' replays still run.
+	maxReplays       = 8
+	maxTenantReplays = 2
 	// replayQueue is the queue group of the replay subscriptions, so one
 	// worker answers each request.
 	replayQueue = "toolq_replay"
 )
+
+// replayCounts is the replays running on a worker, by tenant.
+type replayCounts struct {
+	mu sync.Mutex
+	by map[string]int
+	// hold, when set (tests), is waited on by each replay once it has its
+	// slots, until it is closed.
+	hold atomic.Pointer[chan struct{}]
+}
+
+// take counts a replay of tenant, false when the tenant has its share
+// running already.
+func (c *replayCounts) take(tenant string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.by[tenant] >= maxTenantReplays {
+		return false
+	}
+	if c.by == nil {
+		c.by = map[string]int{}
+	}
+	c.by[tenant]++
+	return true
+}
+
+func (c *replayCounts) done(tenant string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.by[tenant]--; c.by[tenant] <= 0 {
+		delete(c.by, tenant)
+	}
+}
 
 // startReplays subscribes to every named tenant's replay requests.
 func (w *Worker) startReplays() error {
@@ -50,19 +89,32 @@ func (w *Worker) onReplay(m *nats.Msg) {
 	if m.Reply == "" {
 		return
 	}
+	tenant, _ := w.cfg.Subjects.TenantOf(m.Subject) // checked again by replay
+	if !w.replays.take(tenant) {
+		replayRefused(m, replayBusy+": this tenant's replays already running on this worker; ask again")
+		return
+	}
 	select {
 	case w.replaySlots <- struct{}{}:
 	default:
-		replayRefused(m, "busy: too many replays on this worker; ask again")
+		w.replays.done(tenant)
+		replayRefused(m, replayBusy+": too many replays on this worker; ask again")
 		return
 	}
 	w.loops.Add(1)
 	go func() {
 		defer w.loops.Done()
-		defer func() { <-w.replaySlots }()
+		defer func() { <-w.replaySlots; w.replays.done(tenant) }()
+		if hold := w.replays.hold.Load(); hold != nil {
+			<-*hold
+		}
 		w.replay(m)
 	}()
 }
+
+// replayBusy starts the reason of a replay refused for want of a slot: the
+// requester may ask again.
+const replayBusy = "busy"
 
 // replay answers one request: the stored events of the subject's tenant
 // and session (or one job of it), oldest first, then the end.

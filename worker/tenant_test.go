@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -301,5 +303,57 @@ func TestToolKeptToTenants(t *testing.T) {
 		var entry contracts.CatalogTool
 		require.NoError(t, json.Unmarshal(e.Value(), &entry))
 		require.Equal(t, want, entry.Tenants, key)
+	}
+}
+
+// TestTenantReplaysShareAWorker holds a worker's replays once they have
+// their slots: a tenant with its share running has its next replay refused
+// as busy at once, while another tenant's is taken and runs once they are
+// let go. A tenant that floods replays so fills its own share, never every
+// slot.
+func TestTenantReplaysShareAWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	addTenant(t, b, "ACME")
+	addTenant(t, b, "GLOBEX")
+	w := b.startWorker(t, &worker.Config{Tenants: true}, nil)
+	var once sync.Once
+	hold := worker.HoldReplays(w)
+	release := func() { once.Do(hold) }
+	t.Cleanup(release) // before the worker's stop, which waits for them
+
+	ask := func(tenant string) chan *nats.Msg {
+		t.Helper()
+		inbox := nats.NewInbox()
+		answers := make(chan *nats.Msg, 16)
+		sub, err := b.nc.ChanSubscribe(inbox, answers)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+		require.NoError(t, b.nc.Flush())
+		require.NoError(t, b.nc.PublishRequest("toolq.t."+tenant+".replay.s1", inbox, nil))
+		return answers
+	}
+	next := func(ch chan *nats.Msg) *nats.Msg {
+		t.Helper()
+		select {
+		case m := <-ch:
+			return m
+		case <-time.After(10 * time.Second):
+			t.Fatal("no answer to a replay request")
+			return nil
+		}
+	}
+	// ACME's share runs (held); the next of ACME's is refused at once.
+	held := []chan *nats.Msg{ask("ACME"), ask("ACME")}
+	third := next(ask("ACME"))
+	require.Equal(t, "0", third.Header.Get(contracts.ReplayEndHeader))
+	require.Contains(t, third.Header.Get(contracts.ReplayErrorHeader), "busy")
+	// GLOBEX's is taken, not refused: it answers once the replays go on.
+	globex := ask("GLOBEX")
+	release()
+	for _, ch := range append(held, globex) {
+		end := next(ch)
+		require.Equal(t, "0", end.Header.Get(contracts.ReplayEndHeader), "an empty session's replay ends")
+		require.Empty(t, end.Header.Get(contracts.ReplayErrorHeader), "a replay that had its slot is not refused")
 	}
 }

@@ -20,8 +20,8 @@ var (
 )
 
 // testRuntime is shared: compiling under -race takes seconds.
-func testRuntime(t testing.TB) *Runtime {
-	t.Helper()
+func testRuntime(tb testing.TB) *Runtime {
+	tb.Helper()
 	rtOnce.Do(func() {
 		wasm, err := EmbeddedWasm()
 		if err != nil {
@@ -30,7 +30,7 @@ func testRuntime(t testing.TB) *Runtime {
 		}
 		shared, rtErr = New(context.Background(), Config{Wasm: wasm, CompilationCacheDir: cacheDir(), MemoryLimitPages: 512})
 	})
-	require.NoError(t, rtErr)
+	require.NoError(tb, rtErr)
 	return shared
 }
 

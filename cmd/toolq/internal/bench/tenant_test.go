@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/bus"
@@ -158,4 +159,26 @@ func TestTenantReadLosesNothingWhenSlow(t *testing.T) {
 		return len(ended) == 2*jobs+bigJobs
 	}, 30*time.Second, 500*time.Millisecond, "every job's end read back")
 	require.Greater(t, events, 10_000, "the history is longer than one replay")
+
+	// Four reads at once, past a worker's share of a tenant's replays (2):
+	// those refused as busy ask again, and each reads everything.
+	var g errgroup.Group
+	for range 4 {
+		g.Go(func() error {
+			seen := map[string]bool{}
+			if err := p.ReadEvents(ctx, session, nil, func(ev *contracts.Event) error {
+				if ev.Data.Status.Terminal() {
+					seen[ev.Data.JobID] = true
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+			if len(seen) != 2*jobs+bigJobs {
+				return fmt.Errorf("a concurrent read passed %d jobs' ends, want %d", len(seen), 2*jobs+bigJobs)
+			}
+			return nil
+		})
+	}
+	require.NoError(t, g.Wait())
 }
