@@ -116,6 +116,9 @@ const (
 	ReplayTruncatedHeader = "Toolq-Replay-Truncated"
 	// ReplayErrorHeader carries the reason a replay was refused or cut.
 	ReplayErrorHeader = "Toolq-Replay-Error"
+	// ReplayBusy starts the ReplayErrorHeader of a replay refused for want
+	// of a free slot on the worker, before any event was sent: ask again.
+	ReplayBusy = "busy"
 	// ReplayStoredHeader is set on each replayed event: the server's time
 	// of storing it (RFC 3339 with nanoseconds), where the next page of a
 	// truncated replay starts (ReplayRequest.Since).

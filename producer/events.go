@@ -357,7 +357,7 @@ func (p *Producer) replay(ctx context.Context, session, jobID string, since time
 		}
 		if m.Header.Get(contracts.ReplayEndHeader) != "" {
 			if reason := m.Header.Get(contracts.ReplayErrorHeader); reason != "" {
-				if strings.HasPrefix(reason, "busy") {
+				if strings.HasPrefix(reason, contracts.ReplayBusy) {
 					return false, fmt.Errorf("%w: %s", errReplayBusy, reason)
 				}
 				return false, fmt.Errorf("producer: replay events of %s: %s", session, reason)

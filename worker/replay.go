@@ -40,33 +40,39 @@ const (
 	replayQueue = "toolq_replay"
 )
 
-// replayCounts is the replays running on a worker, by tenant.
+// replayCounts is the replays running on a worker, in all and by tenant.
 type replayCounts struct {
-	mu sync.Mutex
-	by map[string]int
+	mu    sync.Mutex
+	total int
+	by    map[string]int
 	// hold, when set (tests), is waited on by each replay once it has its
-	// slots, until it is closed.
+	// slot, until it is closed.
 	hold atomic.Pointer[chan struct{}]
 }
 
-// take counts a replay of tenant, false when the tenant has its share
-// running already.
-func (c *replayCounts) take(tenant string) bool {
+// take counts a replay of tenant, or says why it has no slot: the worker
+// runs maxReplays already, or the tenant its share of them.
+func (c *replayCounts) take(tenant string) (refused string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.by[tenant] >= maxTenantReplays {
-		return false
+	switch {
+	case c.total >= maxReplays:
+		return "too many replays on this worker"
+	case c.by[tenant] >= maxTenantReplays:
+		return "this tenant's replays already running on this worker"
 	}
 	if c.by == nil {
 		c.by = map[string]int{}
 	}
+	c.total++
 	c.by[tenant]++
-	return true
+	return ""
 }
 
 func (c *replayCounts) done(tenant string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.total--
 	if c.by[tenant]--; c.by[tenant] <= 0 {
 		delete(c.by, tenant)
 	}
@@ -74,7 +80,6 @@ func (c *replayCounts) done(tenant string) {
 
 // startReplays subscribes to every named tenant's replay requests.
 func (w *Worker) startReplays() error {
-	w.replaySlots = make(chan struct{}, maxReplays)
 	sub, err := w.nc.QueueSubscribe(w.cfg.Subjects.TenantReplays(), replayQueue, w.onReplay)
 	if err != nil {
 		return fmt.Errorf("worker: subscribe replays: %w", err)
@@ -83,48 +88,36 @@ func (w *Worker) startReplays() error {
 	return nil
 }
 
-// onReplay hands a replay request to a goroutine of its own, when a slot
-// is free.
+// onReplay checks a replay request's subject and hands the request to a
+// goroutine of its own, when the worker and the tenant have a slot free.
 func (w *Worker) onReplay(m *nats.Msg) {
 	if m.Reply == "" {
 		return
 	}
-	tenant, _ := w.cfg.Subjects.TenantOf(m.Subject) // checked again by replay
-	if !w.replays.take(tenant) {
-		replayRefused(m, replayBusy+": this tenant's replays already running on this worker; ask again")
-		return
-	}
-	select {
-	case w.replaySlots <- struct{}{}:
-	default:
-		w.replays.done(tenant)
-		replayRefused(m, replayBusy+": too many replays on this worker; ask again")
-		return
-	}
-	w.loops.Add(1)
-	go func() {
-		defer w.loops.Done()
-		defer func() { <-w.replaySlots; w.replays.done(tenant) }()
-		if hold := w.replays.hold.Load(); hold != nil {
-			<-*hold
-		}
-		w.replay(m)
-	}()
-}
-
-// replayBusy starts the reason of a replay refused for want of a slot: the
-// requester may ask again.
-const replayBusy = "busy"
-
-// replay answers one request: the stored events of the subject's tenant
-// and session (or one job of it), oldest first, then the end.
-func (w *Worker) replay(m *nats.Msg) {
 	tenant, ok := w.cfg.Subjects.TenantOf(m.Subject)
 	session := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 	if !ok || tenant == "" || !contracts.ValidID(session) {
 		replayRefused(m, "invalid_input: replay subject names no tenant and session")
 		return
 	}
+	if why := w.replays.take(tenant); why != "" {
+		replayRefused(m, contracts.ReplayBusy+": "+why+"; ask again")
+		return
+	}
+	w.loops.Add(1)
+	go func() {
+		defer w.loops.Done()
+		defer w.replays.done(tenant)
+		if hold := w.replays.hold.Load(); hold != nil {
+			<-*hold
+		}
+		w.replay(m, tenant, session)
+	}()
+}
+
+// replay answers one request of tenant: the stored events of session (or
+// one job of it), oldest first, then the end.
+func (w *Worker) replay(m *nats.Msg, tenant, session string) {
 	req, err := contracts.DecodeReplayRequest(m.Data)
 	if err != nil {
 		replayRefused(m, err.Error())

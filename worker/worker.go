@@ -67,11 +67,10 @@ type Worker struct {
 	events *bus.Events
 	jobs   jetstream.Stream
 	subs   []*nats.Subscription
-	// replaySlots bounds the tenants' event replays running at once, and
-	// replays each tenant's share of them.
-	replaySlots chan struct{}
-	replays     replayCounts
-	watcher     jetstream.KeyWatcher
+	// replays bounds the tenants' event replays running at once, in all
+	// and each tenant's.
+	replays replayCounts
+	watcher jetstream.KeyWatcher
 	// cancelsKV answers isCancelled when memory had to forget cancels.
 	cancelsKV jetstream.KeyValue
 	feed      chan cancelNote // to the cancel hooks; nil without hooks
