@@ -30,6 +30,18 @@ import (
 
 var quiet = slog.New(slog.DiscardHandler)
 
+// gather reads reg's families, by name.
+func gather(t *testing.T, reg *prometheus.Registry) map[string]*dto.MetricFamily {
+	t.Helper()
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	byName := map[string]*dto.MetricFamily{}
+	for _, f := range fams {
+		byName[f.GetName()] = f
+	}
+	return byName
+}
+
 // scrape reads url's exposition and parses it.
 func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
 	t.Helper()
@@ -218,12 +230,7 @@ func TestTenantLabelsBounded(t *testing.T) {
 		{Tool: "noop", Tenant: "initech", Pending: 2, AckPending: 1},
 		{Tool: "noop", Tenant: "umbrella", Pending: 3, AckPending: 1},
 	})
-	fams, err := reg.Gather()
-	require.NoError(t, err)
-	byName := map[string]*dto.MetricFamily{}
-	for _, f := range fams {
-		byName[f.GetName()] = f
-	}
+	byName := gather(t, reg)
 	tenants := map[string]float64{}
 	for _, mt := range byName["toolq_jobs_total"].GetMetric() {
 		for _, lp := range mt.GetLabel() {
@@ -294,12 +301,7 @@ func TestDLQSizeScraped(t *testing.T) {
 	ctx := testutil.Context(t, 30*time.Second)
 
 	gauges := func() (messages, bytes float64, ok bool) {
-		fams, err := reg.Gather()
-		require.NoError(t, err)
-		byName := map[string]*dto.MetricFamily{}
-		for _, f := range fams {
-			byName[f.GetName()] = f
-		}
+		byName := gather(t, reg)
 		msgs, okM := value(byName, "toolq_dlq_messages", map[string]string{"tool": "doomed"})
 		b, okB := value(byName, "toolq_dlq_bytes", nil)
 		return msgs, b, okM && okB
@@ -353,12 +355,7 @@ func TestQueueExpiredScraped(t *testing.T) {
 	ctx := testutil.Context(t, 30*time.Second)
 
 	expired := func() float64 {
-		fams, err := reg.Gather()
-		require.NoError(t, err)
-		byName := map[string]*dto.MetricFamily{}
-		for _, f := range fams {
-			byName[f.GetName()] = f
-		}
+		byName := gather(t, reg)
 		v, _ := value(byName, "toolq_queue_expired_total", map[string]string{"tenant": ""})
 		return v
 	}

@@ -73,14 +73,8 @@ func TestBenchCluster(t *testing.T) { //nolint:paralleltest // starts three serv
 		"--failover-for", "3s")
 	require.Equal(t, 0, code, errOut)
 	figs := benchFigures(t, out)
-	for _, name := range []string{"e2e_throughput_cluster", "e2e_latency_p99_cluster", "leader_failover_stall_ms", "leader_failover_requester_stall_ms", "leader_failover_jobs"} {
-		require.Positive(t, figs[name], "%s in %v", name, figs)
-	}
-	for _, name := range []string{"redelivered_cluster", "leader_failover_lost", "leader_failover_duplicates"} {
-		v, ok := figs[name]
-		require.True(t, ok, "%s in %v", name, figs)
-		require.Zero(t, v, name)
-	}
+	requireFigures(t, figs, []string{"e2e_throughput_cluster", "e2e_latency_p99_cluster", "leader_failover_stall_ms", "leader_failover_requester_stall_ms", "leader_failover_jobs"},
+		[]string{"redelivered_cluster", "leader_failover_lost", "leader_failover_duplicates"})
 	_, ok := figs["leader_failover_unreceived"]
 	require.True(t, ok, "leader_failover_unreceived in %v", figs)
 	require.Contains(t, errOut, "leader")
@@ -100,14 +94,7 @@ func TestBenchClusterLameDuck(t *testing.T) { //nolint:paralleltest // starts th
 		"--submitters", "4", "--concurrency", "16", "--latency-jobs", "0", "--failover", "lameduck", "--failover-for", "3s")
 	require.Equal(t, 0, code, errOut)
 	figs := benchFigures(t, out)
-	for _, name := range []string{"leader_lameduck_stall_ms", "leader_lameduck_jobs"} {
-		require.Positive(t, figs[name], "%s in %v", name, figs)
-	}
-	for _, name := range []string{"leader_lameduck_lost", "leader_lameduck_duplicates"} {
-		v, ok := figs[name]
-		require.True(t, ok, "%s in %v", name, figs)
-		require.Zero(t, v, name)
-	}
+	requireFigures(t, figs, []string{"leader_lameduck_stall_ms", "leader_lameduck_jobs"}, []string{"leader_lameduck_lost", "leader_lameduck_duplicates"})
 	_, killed := figs["leader_failover_stall_ms"]
 	require.False(t, killed, "no kill figures in a lame duck run: %v", figs)
 	require.Contains(t, errOut, "lame duck mode")
@@ -143,6 +130,20 @@ func TestBenchScenarioProcesses(t *testing.T) {
 	code, _, errOut = run(t, "--nats", srv.URL(), "bench", "--scenario", "fairness", "--workers", "2")
 	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, "want one of [concurrency ratelimit]")
+}
+
+// requireFigures requires each of positive among figs with a value above
+// 0, and each of zero with the value 0.
+func requireFigures(t *testing.T, figs map[string]float64, positive, zero []string) {
+	t.Helper()
+	for _, name := range positive {
+		require.Positive(t, figs[name], "%s in %v", name, figs)
+	}
+	for _, name := range zero {
+		v, ok := figs[name]
+		require.True(t, ok, "%s in %v", name, figs)
+		require.Zero(t, v, name)
+	}
 }
 
 // benchFigures reads bench's stdout, one "bench.<name> <value> <unit>" line
