@@ -141,7 +141,16 @@ func (c *CodeMode) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("codemode: runs stream: %w", err)
 	}
-	c.store = &store{js: c.js, kv: runs, runs: runsStream, obj: obj, subj: contracts.KVSubject(s.RunsBucket(), ""), limit: c.cfg.InlineSnapshotBytes}
+	c.store = &store{
+		js: c.js, kv: runs, runs: runsStream, obj: obj, subj: contracts.KVSubject(s.RunsBucket(), ""),
+		limit: c.cfg.InlineSnapshotBytes, leaseTTL: c.cfg.LeaseTTL,
+		due: newDueTimers(c.cfg.SweepInterval * 3 / 2),
+	}
+	// Earlier versions expired runs with a durable consumer of every write
+	// of the bucket; the sweep handles what it had left (markers included).
+	if err := c.js.DeleteConsumer(ctx, contracts.KVStream(s.RunsBucket()), legacyExpiryConsumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("codemode: remove the old expiry consumer: %w", err)
+	}
 	catKV, err := c.js.KeyValue(ctx, s.CatalogBucket())
 	if err != nil {
 		return fmt.Errorf("codemode: catalog: %w", err)
@@ -158,10 +167,6 @@ func (c *CodeMode) start(ctx context.Context) error {
 	c.cancel = cancel
 	c.loops.Add(1)
 	if err := c.catalog.watch(lctx, catKV, c.loops.Done); err != nil { //nolint:contextcheck // the watch loop lives until Stop, not until Start's ctx ends
-		_ = c.stop(ctx)
-		return err
-	}
-	if err := c.startExpiry(ctx, lctx); err != nil {
 		_ = c.stop(ctx)
 		return err
 	}

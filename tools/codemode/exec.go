@@ -160,7 +160,7 @@ func (c *CodeMode) handleExec(ctx context.Context, job *contracts.Job) (json.Raw
 	}
 	// Snapshot, then record, then nested jobs, then the waiting event (the
 	// worker writes it when this handler parks the job).
-	rev, err := c.store.save(ctx, rec, 0, ttl)
+	rev, err := c.store.save(ctx, rec, 0)
 	if errors.Is(err, errStale) {
 		// A record of this run exists: the job was delivered before.
 		if ans, found, err := c.existingRun(ctx, job); found {
@@ -328,7 +328,7 @@ func (c *CodeMode) submitPending(ctx context.Context, rec *record, rev uint64) (
 		if !todo || rec.Status != runWaiting {
 			return rev, nil
 		}
-		next, err := c.store.save(ctx, rec, rev, c.remaining(rec))
+		next, err := c.store.save(ctx, rec, rev)
 		if !errors.Is(err, errStale) {
 			return next, err
 		}
@@ -342,9 +342,4 @@ func (c *CodeMode) submitPending(ctx context.Context, rec *record, rev uint64) (
 		*rec, rev = *fresh, freshRev
 	}
 	return rev, errStale
-}
-
-// remaining is the TTL left to a run's record (at least a second).
-func (c *CodeMode) remaining(rec *record) time.Duration {
-	return max(time.Until(rec.ExpiresAt), time.Second)
 }

@@ -2,30 +2,36 @@ package codemode
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 
 	"github.com/toolq/toolq/contracts"
-	"github.com/toolq/toolq/internal/bus"
 )
 
-// startExpiry follows the runs bucket for the markers JetStream writes when
-// a run's record outlives its TTL: the run's exec job fails with timeout and
-// its snapshot is deleted. One durable consumer is shared by every worker.
-func (c *CodeMode) startExpiry(ctx, lctx context.Context) error {
-	return bus.FollowExpiries(ctx, lctx, c.js, bus.ExpiryConfig{
-		Bucket: c.cfg.Subjects.RunsBucket(), Durable: "codemode_expiry", Logger: c.log,
-		Expired: func(ctx context.Context, key string) error {
-			tenant, session, runID, ok := parseRunKey(key)
-			if !ok {
-				return nil
+// expireRun expires a run past its TTL: the record is first claimed for the
+// expiry by a write at rev (a resume that read it before fails its own
+// write), then the exec job fails and the record and snapshot go. A claim
+// whose failed event is not written is due at once, so the next sweep
+// writes it.
+func (c *CodeMode) expireRun(ctx context.Context, rec *record, rev uint64) {
+	if !rec.ended() {
+		rec.Status, rec.Reason, rec.Lease = runFailed, "expired", nil
+		if _, err := c.store.save(ctx, rec, rev); err != nil {
+			if !errors.Is(err, errStale) {
+				c.log.Warn("expired run not claimed", slog.String("run", rec.RunID), slog.Any("err", err))
 			}
-			return c.expire(ctx, tenant, session, runID)
-		},
-	}, &c.loops)
+			return
+		}
+	}
+	if err := c.expire(ctx, rec.Tenant, rec.Session, rec.RunID); err != nil {
+		c.log.Warn("expired run: failed event not written; the next sweep retries", slog.String("run", rec.RunID), slog.Any("err", err))
+		return
+	}
+	c.drop(ctx, rec)
 }
 
 // expire fails an expired run's exec job (unless it already ended), in its
-// tenant's events, and deletes its snapshot.
+// tenant's events, and deletes its snapshot object.
 func (c *CodeMode) expire(ctx context.Context, tenant, session, runID string) error {
 	ref := &contracts.Job{ID: runID, Session: session, Tool: contracts.ToolCodeModeExec, Tenant: tenant}
 	werr := contracts.Errorf(contracts.CodeTimeout, "code mode run expired: its snapshot outlived snapshotTtlSeconds while waiting")

@@ -4,11 +4,9 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolq/toolq/contracts"
@@ -30,14 +28,28 @@ func TestResultTakesTheRunFromTheWorkersOwnCopy(t *testing.T) {
 	require.NoError(t, b.prod.RegisterClientTool(ctx, contracts.CatalogTool{ID: "client:app:ask", Name: "ask", Description: "Ask the user."}))
 
 	nc := b.srv.Connect(t)
-	var reads atomic.Int32
-	_, err := nc.Subscribe("$JS.API.>", func(m *nats.Msg) {
-		if strings.HasPrefix(m.Subject, "$JS.API.DIRECT.GET.KV_toolq_runs") || strings.HasPrefix(m.Subject, "$JS.API.STREAM.MSG.GET.KV_toolq_runs") {
-			reads.Add(1)
-		}
-	})
+	// A synchronous subscription: once a Flush returns, every request
+	// routed before it is queued here (a callback could still be pending).
+	api, err := nc.SubscribeSync("$JS.API.>")
 	require.NoError(t, err)
 	require.NoError(t, nc.Flush())
+	// reads counts the record reads routed since it was last called.
+	reads := func() int {
+		require.NoError(t, nc.Flush())
+		n := 0
+		for {
+			queued, _, err := api.Pending()
+			require.NoError(t, err)
+			if queued == 0 {
+				return n
+			}
+			m, err := api.NextMsg(time.Second)
+			require.NoError(t, err)
+			if strings.HasPrefix(m.Subject, "$JS.API.DIRECT.GET.KV_toolq_runs") || strings.HasPrefix(m.Subject, "$JS.API.STREAM.MSG.GET.KV_toolq_runs") {
+				n++
+			}
+		}
+	}
 
 	suspend := func() (*contracts.Job, contracts.CodeModePendingToolCall) {
 		job := b.exec(t, `const a = await tools.callValue("client:app:ask", {q: 1}); return a + 1;`, map[string]any{"autoResume": true}, nil)
@@ -53,13 +65,12 @@ func TestResultTakesTheRunFromTheWorkersOwnCopy(t *testing.T) {
 		final := b.await(t, job, false) //nolint:contextcheck // the bundle's helpers make their own contexts
 		require.Equal(t, contracts.StatusCompleted, final.Data.Status, string(final.Data.Result))
 		require.JSONEq(t, strconv.Itoa(v+1), string(result(t, final.Data.Result).Value))
-		require.NoError(t, nc.Flush()) // the worker's requests were routed before its answers
 	}
 
 	job, p := suspend()
-	reads.Store(0)
+	reads()
 	answer(job, p, 4)
-	require.Zero(t, reads.Load(), "the suspending worker read the record it wrote")
+	require.Zero(t, reads(), "the suspending worker read the record it wrote")
 
 	// Another writer moves the record on after the worker wrote it.
 	job, p = suspend()
@@ -69,8 +80,7 @@ func TestResultTakesTheRunFromTheWorkersOwnCopy(t *testing.T) {
 	require.NoError(t, err)
 	_, err = kv.Update(ctx, e.Key(), e.Value(), e.Revision())
 	require.NoError(t, err)
-	require.NoError(t, nc.Flush())
-	reads.Store(0)
+	reads()
 	answer(job, p, 6)
-	require.Positive(t, reads.Load(), "an out-of-date copy was acted on without reading the record")
+	require.Positive(t, reads(), "an out-of-date copy was acted on without reading the record")
 }

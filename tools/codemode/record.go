@@ -9,6 +9,7 @@ import (
 	"maps"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -32,7 +33,8 @@ const (
 // record is a code-mode run as kept in the toolq_runs bucket under its
 // runKey: <session>.<run id> for the default tenant, <tenant>.<session>.<run
 // id> for a named one. Every write is conditional on the revision read and
-// carries the run's TTL, so an abandoned run expires and leaves a marker.
+// carries when the run is next due (dueAt), for the timers and the sweep
+// that expire it or resume it when nothing else does.
 type record struct {
 	RunID   string `json:"runId"`
 	Session string `json:"session"`
@@ -211,6 +213,35 @@ func (r *record) idle(now time.Time) bool {
 	return r.Status == runWaiting || (r.Status == runResuming && (r.Lease == nil || !now.Before(r.Lease.Until)))
 }
 
+// expired: the run outlived its TTL and no resume holds it. An expired run
+// is, to everyone but the expiry, a run that no longer exists, as when the
+// server removed its record at the TTL.
+func (r *record) expired(now time.Time) bool {
+	return !now.Before(r.ExpiresAt) && !r.Lease.heldBy("", now)
+}
+
+// dueAt is when a run written at now is next due for the sweep: its
+// expiry, or, for an autoResume run that could resume (every call back),
+// half a lease after the write or when its resume lease runs out, if
+// earlier. Nothing is due earlier without another write, which sets it
+// again.
+func (r *record) dueAt(now time.Time, leaseTTL time.Duration) time.Time {
+	due := r.ExpiresAt
+	if r.Lease != nil && r.Lease.Until.After(due) {
+		due = r.Lease.Until // expired only once no resume holds it
+	}
+	if r.AutoResume && !r.ended() && r.allBack() {
+		at := now.Add(leaseTTL / 2)
+		if r.Status == runResuming && r.Lease != nil && r.Lease.Until.After(at) {
+			at = r.Lease.Until
+		}
+		if at.Before(due) {
+			due = at
+		}
+	}
+	return due
+}
+
 // resumable: idle, and every pending call has its result (or the run only
 // yielded).
 func (r *record) resumable(now time.Time) bool {
@@ -268,6 +299,10 @@ type store struct {
 	obj   jetstream.ObjectStore
 	subj  string // $KV.<bucket>.
 	limit int    // inline snapshot bytes
+	// leaseTTL is the code mode's LeaseTTL, for when a run is due.
+	leaseTTL time.Duration
+	// due are this worker's timers for the runs it wrote.
+	due *dueTimers
 	// recent are the records this worker last wrote or read, for a result
 	// that comes back to the worker that suspended its run.
 	recent recentRecords
@@ -286,6 +321,9 @@ func (s *store) load(ctx context.Context, tenant, session, runID string) (*recor
 	r, err := decodeRecord(e.Value(), tenant, session, runID)
 	if err != nil {
 		return nil, 0, err
+	}
+	if r.expired(time.Now()) {
+		return nil, 0, errNoRun
 	}
 	s.recent.put(e.Key(), r.clone(), len(e.Value()), e.Revision())
 	return r, e.Revision(), nil
@@ -310,7 +348,7 @@ func decodeRecord(data []byte, tenant, session, runID string) (*record, error) {
 // (which the bus refuses if anything was written since) may act on it.
 func (s *store) loadRecent(tenant, session, runID string) (*record, uint64, bool) {
 	r, rev, ok := s.recent.get(runKey(tenant, session, runID))
-	if !ok || !r.belongsTo(tenant, session, runID) {
+	if !ok || !r.belongsTo(tenant, session, runID) || r.expired(time.Now()) {
 		return nil, 0, false
 	}
 	r.Tenant = tenant
@@ -320,21 +358,27 @@ func (s *store) loadRecent(tenant, session, runID string) (*record, uint64, bool
 // errStale is returned by save when the record changed since it was read.
 var errStale = errors.New("codemode: run record changed")
 
-// save writes r if the record is still at rev (0: it must not exist) and
-// gives the new entry the run's TTL. It returns the new revision.
-func (s *store) save(ctx context.Context, r *record, rev uint64, ttl time.Duration) (uint64, error) {
+// save writes r if the record is still at rev (0: it must not exist). It
+// returns the new revision.
+func (s *store) save(ctx context.Context, r *record, rev uint64) (uint64, error) {
 	data, err := r.marshal()
 	if err != nil {
 		return 0, err
 	}
-	return s.write(ctx, r.clone(), data, rev, ttl)
+	return s.write(ctx, r.clone(), data, rev)
 }
 
 // write publishes the bytes of r (a copy no one else holds) if the record
-// is still at rev.
-func (s *store) write(ctx context.Context, r *record, data []byte, rev uint64, ttl time.Duration) (uint64, error) {
+// is still at rev. The entry carries when the run is next due (dueHeader)
+// and a TTL of expiryGrace past the run's expiry: the run is expired by
+// this worker's timer or a sweep, and the server removes the entry only
+// when no worker has done so by then.
+func (s *store) write(ctx context.Context, r *record, data []byte, rev uint64) (uint64, error) {
 	key := runKey(r.Tenant, r.Session, r.RunID)
-	msg := &nats.Msg{Subject: s.subj + key, Data: data}
+	now := time.Now()
+	due := r.dueAt(now, s.leaseTTL)
+	msg := &nats.Msg{Subject: s.subj + key, Data: data, Header: nats.Header{dueHeader: []string{strconv.FormatInt(due.UnixMilli(), 10)}}}
+	ttl := max(r.ExpiresAt.Sub(now), time.Second) + expiryGrace
 	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
 	if err != nil {
 		if bus.IsWrongLastSequence(err) {
@@ -344,6 +388,7 @@ func (s *store) write(ctx context.Context, r *record, data []byte, rev uint64, t
 		return 0, fmt.Errorf("codemode: save run %s: %w", r.RunID, err)
 	}
 	s.recent.put(key, r, len(data), ack.Sequence)
+	s.due.set(key, due, now)
 	return ack.Sequence, nil
 }
 
@@ -365,7 +410,7 @@ func (p *pendingWrite) wait() (uint64, error) {
 // now (the caller may change it afterwards) and written in the background.
 // The caller must wait for the outcome before it returns, and before
 // anything it does is seen by others.
-func (s *store) saveBegin(ctx context.Context, r *record, rev uint64, ttl time.Duration) *pendingWrite {
+func (s *store) saveBegin(ctx context.Context, r *record, rev uint64) *pendingWrite {
 	p := &pendingWrite{done: make(chan struct{})}
 	data, err := r.marshal()
 	if err != nil {
@@ -376,7 +421,7 @@ func (s *store) saveBegin(ctx context.Context, r *record, rev uint64, ttl time.D
 	written := r.clone()
 	go func() {
 		defer close(p.done)
-		p.rev, p.err = s.write(ctx, written, data, rev, ttl)
+		p.rev, p.err = s.write(ctx, written, data, rev)
 	}()
 	// Let the write go out before the caller goes on: the caller's next
 	// step is the guest's slice, compiled code the scheduler cannot take

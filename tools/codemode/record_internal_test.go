@@ -99,3 +99,44 @@ func TestRecordClone(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, string(want), string(got), "the original is untouched")
 }
+
+// TestRecordDue: a run is expired past its TTL unless a resume holds it,
+// and is due at its expiry, or earlier for an autoResume run that could
+// resume (half a lease after the write, or when its resume lease ends).
+func TestRecordDue(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	const leaseTTL = 30 * time.Second
+	exp := now.Add(time.Hour)
+	waiting := func(auto, back bool) *record {
+		r := &record{Status: runWaiting, AutoResume: auto, ExpiresAt: exp, Pending: []pendingCall{{CallID: "c1"}}}
+		if back {
+			r.Results = []callResult{{CallID: "c1"}}
+		}
+		return r
+	}
+	resuming := waiting(true, true)
+	resuming.Status, resuming.Lease = runResuming, &lease{Owner: "w", Until: now.Add(time.Minute)}
+	longLease := waiting(true, true)
+	longLease.Status, longLease.Lease, longLease.ExpiresAt = runResuming, &lease{Owner: "w", Until: exp.Add(time.Minute)}, exp
+	ended := waiting(true, true)
+	ended.Status = runCompleted
+	for name, c := range map[string]struct {
+		r   *record
+		due time.Time
+	}{
+		"waiting on a call":             {waiting(true, false), exp},
+		"not autoResume, all back":      {waiting(false, true), exp},
+		"autoResume, all back":          {waiting(true, true), now.Add(leaseTTL / 2)},
+		"resuming under a lease":        {resuming, now.Add(time.Minute)},
+		"a lease past the run's expiry": {longLease, exp.Add(time.Minute)},
+		"ended":                         {ended, exp},
+	} {
+		require.Equal(t, c.due, c.r.dueAt(now, leaseTTL), name)
+	}
+	r := waiting(false, false)
+	require.False(t, r.expired(exp.Add(-time.Millisecond)))
+	require.True(t, r.expired(exp))
+	require.False(t, longLease.expired(exp), "a resume holding the run keeps it")
+	require.True(t, longLease.expired(exp.Add(time.Minute)))
+}

@@ -107,7 +107,7 @@ func (c *CodeMode) handleResult(ctx context.Context, job *contracts.Job) (json.R
 			}
 			return res, err
 		}
-		rev, err = c.store.save(ctx, rec, rev, c.remaining(rec))
+		rev, err = c.store.save(ctx, rec, rev)
 		if errors.Is(err, errStale) {
 			continue
 		}

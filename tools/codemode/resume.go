@@ -94,7 +94,7 @@ func (c *CodeMode) resumeRun(ctx context.Context, rec *record, rev uint64, waitJ
 	// are only recorded as pending), and nothing of it is written, submitted
 	// or reported before the lease is known to be this resume's. A resume
 	// that loses the lease throws its slice away.
-	leased := c.store.saveBegin(ctx, rec, rev, c.remaining(rec))
+	leased := c.store.saveBegin(ctx, rec, rev)
 	defer func() { _, _ = leased.wait() }()
 	settle := make([]sandbox.Settlement, 0, len(rec.Results))
 	for _, r := range rec.Results {
@@ -142,7 +142,7 @@ func (c *CodeMode) resumeRun(ctx context.Context, rec *record, rev uint64, waitJ
 		rec.Status, rec.Lease = runWaiting, nil
 		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_, _ = c.store.save(bg, rec, rev, c.remaining(rec))
+		_, _ = c.store.save(bg, rec, rev)
 		return nil, err
 	}
 	if c.cfg.Observer != nil {
@@ -204,7 +204,7 @@ var errLeaseLost = errors.New("codemode: the run's resume lease was taken over")
 // as long as this resume (its lease token) still holds the lease.
 func (c *CodeMode) saveLeased(ctx context.Context, rec *record, rev uint64, token, waitJob string) (uint64, error) {
 	for range 20 {
-		next, err := c.store.save(ctx, rec, rev, c.remaining(rec))
+		next, err := c.store.save(ctx, rec, rev)
 		if !errors.Is(err, errStale) {
 			return next, err
 		}
@@ -311,6 +311,7 @@ func (c *CodeMode) drop(ctx context.Context, rec *record) {
 	c.store.dropSnapshot(ctx, rec.SnapshotObject)
 	key := runKey(rec.Tenant, rec.Session, rec.RunID)
 	c.store.recent.drop(key)
+	c.store.due.stop(key)
 	if err := c.store.kv.Purge(ctx, key, jetstream.PurgeTTL(time.Second)); err != nil {
 		c.log.Warn("run record not removed", slog.String("run", rec.RunID), slog.Any("err", err))
 	}

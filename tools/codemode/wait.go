@@ -47,7 +47,7 @@ func (c *CodeMode) handleWait(ctx context.Context, job *contracts.Job) (json.Raw
 		}
 		if rec.Wait == nil || rec.Wait.Owner != job.ID || rec.Wait.Until.Sub(now) < c.cfg.LeaseTTL/2 {
 			rec.Wait = &lease{Owner: job.ID, Until: now.Add(c.cfg.LeaseTTL)}
-			if _, err := c.store.save(ctx, rec, rev, c.remaining(rec)); err != nil {
+			if _, err := c.store.save(ctx, rec, rev); err != nil {
 				if errors.Is(err, errStale) {
 					continue
 				}
