@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,39 +20,8 @@ import (
 // startCluster starts a 3-node JetStream cluster of nats-server processes.
 func startCluster(t *testing.T) []*testutil.ServerProcess {
 	t.Helper()
-	servers, _ := startMonitoredCluster(t)
+	servers, _ := testutil.StartCluster(t, 3)
 	return servers
-}
-
-// startMonitoredCluster is startCluster with each server's monitoring
-// port (its /jsz names the meta leader); server i is named toolq-<i>.
-func startMonitoredCluster(t *testing.T) ([]*testutil.ServerProcess, []int) {
-	t.Helper()
-	const n = 3
-	ports := testutil.FreePorts(t, 3*n)
-	clients, routes, monitors := ports[:n], ports[n:2*n], ports[2*n:]
-	var urls []string
-	for _, p := range routes {
-		urls = append(urls, "nats://127.0.0.1:"+strconv.Itoa(p))
-	}
-	servers := make([]*testutil.ServerProcess, n)
-	for i := range servers {
-		servers[i] = testutil.StartServerProcessOn(t, clients[i], t.TempDir(),
-			"-n", fmt.Sprintf("toolq-%d", i),
-			"--cluster_name", "toolq-test",
-			"--cluster", "nats://127.0.0.1:"+strconv.Itoa(routes[i]),
-			"--routes", strings.Join(urls, ","),
-			"-m", strconv.Itoa(monitors[i]),
-		)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for i, s := range servers {
-				t.Logf("--- nats-server %d ---\n%s", i, s.Log())
-			}
-		}
-	})
-	return servers, monitors
 }
 
 // R3 streams on a 3-node cluster: one server is SIGKILLed while jobs are

@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolq/toolq/contracts"
 	"github.com/toolq/toolq/internal/bus"
+	"github.com/toolq/toolq/internal/testutil"
 	"github.com/toolq/toolq/producer"
 )
 
@@ -31,7 +32,7 @@ import (
 // consumer, which the follower was before, sees no heartbeat for 10 s
 // (two of its 5 s) after the last message before it does anything.
 func TestFollowerComesBackSoonAfterItsServerDies(t *testing.T) { //nolint:paralleltest // SIGKILLs a server of a 3-node cluster whose ports come from FreePort, which can race with another test's pick
-	servers, monitors := startMonitoredCluster(t)
+	servers, monitors := testutil.StartCluster(t, 3)
 	ctx := ctxFor(t, 180*time.Second)
 	var seeds []string
 	for _, s := range servers {

@@ -16,7 +16,20 @@ import (
 // BenchmarkRoundTrip measures exec → nested noop call as a job → suspend →
 // resume → completed, one run at a time, and reports the p50/p99 latency.
 func BenchmarkRoundTrip(b *testing.B) {
-	bb := setupB(b)
+	roundTrips(b, setupB(b))
+}
+
+// BenchmarkRoundTripCluster is BenchmarkRoundTrip on a 3-node cluster of
+// nats-server processes, every stream and bucket R3: each stored message,
+// and each acknowledgement of a durable consumer, is a write of a Raft
+// group. (The three servers share this machine's cores.)
+func BenchmarkRoundTripCluster(b *testing.B) {
+	servers, _ := testutil.StartCluster(b, 3)
+	roundTrips(b, setupBOn(b, testutil.ClusterURL(servers), 3))
+}
+
+func roundTrips(b *testing.B, bb *bundle) {
+	b.Helper()
 	in, _ := json.Marshal(map[string]any{
 		"code":       `const r = await tools.callValue("toolq:core:noop", {x: 1}); return r.x + 1;`,
 		"autoResume": true,

@@ -71,8 +71,15 @@ func setupB(b *testing.B) *bundle {
 	// The server runs as its own process, so this process's memory is the
 	// worker's (and the producer's), not the server's.
 	proc := testutil.StartServerProcess(b, b.TempDir())
+	return setupBOn(b, proc.URL(), 1)
+}
+
+// setupBOn is setupB on the servers at url, with streams and buckets of
+// that many replicas.
+func setupBOn(b *testing.B, url string, replicas int) *bundle {
+	b.Helper()
 	connect := func() *nats.Conn {
-		nc, err := nats.Connect(proc.URL())
+		nc, err := nats.Connect(url)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -84,9 +91,9 @@ func setupB(b *testing.B) *bundle {
 		b.Fatal(err)
 	}
 	b.Cleanup(prod.Close)
-	bb := &bundle{prod: prod, url: proc.URL()}
+	bb := &bundle{prod: prod, url: url}
 	nc := connect()
-	w, err := worker.New(nc, &worker.Config{Name: "bench", Logger: quiet, StopTimeout: time.Second, Builtins: true})
+	w, err := worker.New(nc, &worker.Config{Name: "bench", Logger: quiet, StopTimeout: time.Second, Builtins: true, Replicas: replicas})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -94,7 +101,7 @@ func setupB(b *testing.B) *bundle {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := codemode.Register(w, nc, &codemode.Config{Engine: eng, Logger: quiet}); err != nil {
+	if _, err := codemode.Register(w, nc, &codemode.Config{Engine: eng, Logger: quiet, Replicas: replicas}); err != nil {
 		b.Fatal(err)
 	}
 	ctx := testutil.Context(b, 30*time.Second)
