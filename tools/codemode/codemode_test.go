@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolq/toolq/contracts"
@@ -331,6 +332,37 @@ func TestExpiredRunFailsAndCleansUp(t *testing.T) {
 	require.Contains(t, ev.Data.Error.Message, "expired")
 	nc := b.srv.Connect(t)
 	requireNoRun(t, nc, job.Session, job.ID)
+}
+
+// storedRun is a run's record as the runs bucket holds it, for tests that
+// rewrite it as another writer would.
+type storedRun struct {
+	js    jetstream.JetStream
+	kv    jetstream.KeyValue
+	entry jetstream.KeyValueEntry
+	rec   map[string]any
+}
+
+// readRun reads the record of job's run (of the default tenant).
+func (b *bundle) readRun(ctx context.Context, t *testing.T, job *contracts.Job) *storedRun {
+	t.Helper()
+	js := testutil.JetStream(t, b.srv.Connect(t))
+	kv, err := js.KeyValue(ctx, "toolq_runs")
+	require.NoError(t, err)
+	e, err := kv.Get(ctx, job.Session+"."+job.ID)
+	require.NoError(t, err)
+	r := &storedRun{js: js, kv: kv, entry: e}
+	require.NoError(t, json.Unmarshal(e.Value(), &r.rec))
+	return r
+}
+
+// update writes the record back, changed, at the revision it was read.
+func (r *storedRun) update(ctx context.Context, t *testing.T) {
+	t.Helper()
+	data, err := json.Marshal(r.rec)
+	require.NoError(t, err)
+	_, err = r.kv.Update(ctx, r.entry.Key(), data, r.entry.Revision())
+	require.NoError(t, err)
 }
 
 func requireNoRun(t *testing.T, nc *nats.Conn, session, runID string) {

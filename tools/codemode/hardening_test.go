@@ -194,21 +194,11 @@ func TestExpiredLeaseIsSwept(t *testing.T) {
 	require.Equal(t, contracts.StatusWaiting, b.await(t, job, true).Data.Status)
 	// A worker "A" holds the run's lease (as if it had begun a resume and
 	// died) while the result comes back.
-	js := testutil.JetStream(t, b.srv.Connect(t))
 	ctx := testutil.Context(t, 10*time.Second)
-	kv, err := js.KeyValue(ctx, "toolq_runs")
-	require.NoError(t, err)
-	key := job.Session + "." + job.ID
-	e, err := kv.Get(ctx, key)
-	require.NoError(t, err)
-	var rec map[string]any
-	require.NoError(t, json.Unmarshal(e.Value(), &rec))
-	rec["status"] = "resuming"
-	rec["lease"] = map[string]any{"owner": "A", "until": time.Now().Add(2 * time.Second)}
-	data, err := json.Marshal(rec)
-	require.NoError(t, err)
-	_, err = kv.Update(ctx, key, data, e.Revision())
-	require.NoError(t, err)
+	run := b.readRun(ctx, t, job)
+	run.rec["status"] = "resuming"
+	run.rec["lease"] = map[string]any{"owner": "A", "until": time.Now().Add(2 * time.Second)}
+	run.update(ctx, t)
 	close(release)
 
 	final := b.await(t, job, false)
@@ -231,22 +221,12 @@ func TestSweepResumesStalledRun(t *testing.T) {
 	b.startWorker(t, "B", &codemode.Config{LeaseTTL: 200 * time.Millisecond, SweepInterval: 100 * time.Millisecond}, never)
 	job := b.exec(t, `return (await tools.callValue("toolq:core:never", {})).n;`, map[string]any{"autoResume": true}, nil)
 	require.Equal(t, contracts.StatusWaiting, b.await(t, job, true).Data.Status)
-	js := testutil.JetStream(t, b.srv.Connect(t))
 	ctx := testutil.Context(t, 10*time.Second)
-	kv, err := js.KeyValue(ctx, "toolq_runs")
-	require.NoError(t, err)
-	key := job.Session + "." + job.ID
-	e, err := kv.Get(ctx, key)
-	require.NoError(t, err)
-	var rec map[string]any
-	require.NoError(t, json.Unmarshal(e.Value(), &rec))
-	rec["results"] = []map[string]any{{"callId": "call_1", "value": map[string]any{"n": 9}, "at": time.Now()}}
-	rec["status"] = "resuming"
-	rec["lease"] = map[string]any{"owner": "A", "until": time.Now().Add(-time.Second)}
-	data, err := json.Marshal(rec)
-	require.NoError(t, err)
-	_, err = kv.Update(ctx, key, data, e.Revision())
-	require.NoError(t, err)
+	run := b.readRun(ctx, t, job)
+	run.rec["results"] = []map[string]any{{"callId": "call_1", "value": map[string]any{"n": 9}, "at": time.Now()}}
+	run.rec["status"] = "resuming"
+	run.rec["lease"] = map[string]any{"owner": "A", "until": time.Now().Add(-time.Second)}
+	run.update(ctx, t)
 
 	final := b.await(t, job, false)
 	require.Equal(t, contracts.StatusCompleted, final.Data.Status, string(final.Data.Result))

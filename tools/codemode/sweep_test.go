@@ -2,7 +2,6 @@ package codemode_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -124,18 +123,11 @@ func TestRemovedRecordIsExpired(t *testing.T) {
 
 	// Rewrite the record as an older worker would: no due time, and a
 	// TTL of its own (here a second, while the run's is 15 minutes).
-	js := testutil.JetStream(t, b.srv.Connect(t))
 	ctx := testutil.Context(t, 10*time.Second)
-	kv, err := js.KeyValue(ctx, "toolq_runs")
-	require.NoError(t, err)
-	key := job.Session + "." + job.ID
-	e, err := kv.Get(ctx, key)
-	require.NoError(t, err)
-	var rec map[string]any
-	require.NoError(t, json.Unmarshal(e.Value(), &rec))
-	require.Greater(t, time.Until(mustTime(t, rec["expiresAt"])), 10*time.Minute)
-	_, err = js.PublishMsg(ctx, &nats.Msg{Subject: "$KV.toolq_runs." + key, Data: e.Value()},
-		jetstream.WithExpectLastSequencePerSubject(e.Revision()), jetstream.WithMsgTTL(time.Second))
+	run := b.readRun(ctx, t, job)
+	require.Greater(t, time.Until(mustTime(t, run.rec["expiresAt"])), 10*time.Minute)
+	_, err := run.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV.toolq_runs." + run.entry.Key(), Data: run.entry.Value()},
+		jetstream.WithExpectLastSequencePerSubject(run.entry.Revision()), jetstream.WithMsgTTL(time.Second))
 	require.NoError(t, err)
 
 	ev := b.await(t, job, false)
