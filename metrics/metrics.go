@@ -139,7 +139,7 @@ func New(reg prometheus.Registerer, cfg *Config) (*Metrics, error) {
 	})
 
 	m.runsStored = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "toolq_codemode_runs_stored", Help: "Code-mode runs stored (suspended, waiting or resuming; ended in the last second included), by tenant, as this worker last counted the runs bucket.",
+		Name: "toolq_codemode_runs_stored", Help: "Code-mode runs stored (suspended, waiting or resuming), by tenant, as the workers' last sweep of the runs bucket counted them (every sweep interval).",
 	}, []string{"tenant"})
 
 	m.vmIdle = prometheus.NewGauge(prometheus.GaugeOpts{

@@ -38,8 +38,8 @@ func (c *CodeMode) Resumed(replayed bool) {
 	c.m.resumes.WithLabelValues("restored").Inc()
 }
 
-// RunsStored sets the gauge of stored code-mode runs by tenant from code
-// mode's count of the runs bucket (codemode.RunsObserver); a tenant with
+// RunsStored sets the gauge of stored code-mode runs by tenant from the
+// code-mode sweep's count of the runs bucket (codemode.RunsObserver); a tenant with
 // none left goes to 0, tenants past the cap are summed under OtherTenant.
 func (c *CodeMode) RunsStored(count map[string]int) {
 	n := map[string]int{}

@@ -60,7 +60,7 @@ func TestMetricsCountStoredRuns(t *testing.T) {
 	m, err := metrics.New(reg, nil)
 	require.NoError(t, err)
 	b := setup(t)
-	b.startWorker(t, "A", &codemode.Config{Observer: m.CodeMode(), RunsScanInterval: 100 * time.Millisecond}, nil)
+	b.startWorker(t, "A", &codemode.Config{Observer: m.CodeMode(), RunsScanInterval: 100 * time.Millisecond, SweepInterval: 100 * time.Millisecond}, nil)
 	ctx := testutil.Context(t, 30*time.Second)
 	require.NoError(t, b.prod.RegisterClientTool(ctx, contracts.CatalogTool{ID: "client:app:ask", Name: "ask", Description: "Ask."}))
 	stored := func() (float64, bool) {

@@ -2,7 +2,9 @@ package codemode
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
@@ -125,9 +127,10 @@ func (d *dueTimers) stopAll() {
 func (c *CodeMode) sweep(ctx context.Context) {
 	defer c.loops.Done()
 	defer c.store.due.stopAll()
+	// The first sweep comes soon after start (what a stopped fleet left
+	// due is handled at once), the next ones every interval.
+	d := time.Duration(rand.Int64N(int64(min(c.cfg.SweepInterval, time.Second)) + 1)) //nolint:gosec // G404: jitter, not a secret
 	for {
-		d := c.cfg.SweepInterval
-		d += time.Duration(rand.Int64N(int64(d)/5 + 1)) //nolint:gosec // G404: jitter, not a secret
 		next := time.NewTimer(d)
 	wait:
 		for {
@@ -141,38 +144,81 @@ func (c *CodeMode) sweep(ctx context.Context) {
 				break wait
 			}
 		}
-		if c.claimSweep(ctx) {
-			if err := c.sweepOnce(ctx); err != nil && ctx.Err() == nil {
+		if claim, ok := c.claimSweep(ctx); ok {
+			if err := c.sweepOnce(ctx, claim); err != nil && ctx.Err() == nil {
 				c.log.Warn("code mode sweep failed", slog.Any("err", err))
 			}
 		}
+		d = c.cfg.SweepInterval
+		d += time.Duration(rand.Int64N(int64(d)/5 + 1)) //nolint:gosec // G404: jitter, not a secret
 	}
 }
 
+// sweepState is the value of scanKey: the worker that last claimed the
+// sweep and the runs stored by tenant ("" the default one) as the last
+// finished sweep counted them (RunsObserver reads them from here).
+type sweepState struct {
+	By   string         `json:"by"`
+	Runs map[string]int `json:"runs"`
+}
+
+// claim is a sweep this worker claimed: the claim entry's revision and the
+// state it wrote.
+type claim struct {
+	rev   uint64
+	state sweepState
+}
+
 // claimSweep reports whether this worker sweeps now: it writes scanKey,
-// conditionally on the entry it read, unless another worker wrote it less
-// than half an interval ago (by the server's clock).
-func (c *CodeMode) claimSweep(ctx context.Context) bool {
+// conditionally on the entry it read and carrying its counts on, unless
+// another worker wrote it less than half an interval ago (by the server's
+// clock).
+func (c *CodeMode) claimSweep(ctx context.Context) (claim, bool) {
 	kv := c.store.kv
+	cl := claim{state: sweepState{By: c.w.Name()}}
 	e, err := kv.Get(ctx, scanKey)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		_, err = kv.Create(ctx, scanKey, []byte(c.w.Name()))
-		return err == nil
+		data, _ := json.Marshal(cl.state)
+		cl.rev, err = kv.Create(ctx, scanKey, data)
+		return cl, err == nil
 	case err != nil:
-		return false
+		return cl, false
 	case time.Since(e.Created()) < c.cfg.SweepInterval/2:
-		return false
+		return cl, false
 	}
-	_, err = kv.Update(ctx, scanKey, []byte(c.w.Name()), e.Revision())
-	return err == nil
+	var last sweepState
+	if json.Unmarshal(e.Value(), &last) == nil {
+		cl.state.Runs = last.Runs
+	}
+	data, _ := json.Marshal(cl.state)
+	cl.rev, err = kv.Update(ctx, scanKey, data, e.Revision())
+	return cl, err == nil
+}
+
+// sweepCounts reads the runs stored by tenant as the last finished sweep
+// counted them; ok is false before any.
+func (c *CodeMode) sweepCounts(ctx context.Context) (map[string]int, bool, error) {
+	e, err := c.store.kv.Get(ctx, scanKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	var st sweepState
+	if err := json.Unmarshal(e.Value(), &st); err != nil {
+		return nil, false, fmt.Errorf("codemode: sweep state: %w", err)
+	}
+	return st.Runs, st.Runs != nil, nil
 }
 
 // sweepOnce reads the due header of every entry of the runs bucket (the
 // last per key, headers only) and handles the runs that are due, those
 // written without the header (by hand, or an older worker), and the MaxAge
-// markers of entries the server removed.
-func (c *CodeMode) sweepOnce(ctx context.Context) error {
+// markers of entries the server removed. It counts the runs stored by
+// tenant on the way and writes the counts into its claim.
+func (c *CodeMode) sweepOnce(ctx context.Context, cl claim) error {
 	info, err := c.store.runs.Info(ctx)
 	if err != nil {
 		return err
@@ -199,6 +245,7 @@ func (c *CodeMode) sweepOnce(ctx context.Context) error {
 	defer func() { _ = c.js.DeleteConsumer(context.WithoutCancel(ctx), stream, cons.CachedInfo().Name) }()
 	now := time.Now()
 	var due, removed []string
+	runs := map[string]int{}
 	// The stream holds one message a key, and each message says how many
 	// are left after it: a fetch asks for no more than that, so it returns
 	// as soon as they are in.
@@ -223,6 +270,9 @@ func (c *CodeMode) sweepOnce(ctx context.Context) error {
 			case h.Get("KV-Operation") != "":
 				// deleted or purged: the run ended
 			default:
+				if tenant, _, _, ok := parseRunKey(key); ok {
+					runs[tenant]++
+				}
 				at, ok := dueOf(h.Get(dueHeader))
 				if !ok || !at.After(now) {
 					due = append(due, key)
@@ -237,6 +287,12 @@ func (c *CodeMode) sweepOnce(ctx context.Context) error {
 		if got == 0 {
 			break // the bucket emptied meanwhile
 		}
+	}
+	cl.state.Runs = runs
+	if data, err := json.Marshal(cl.state); err == nil {
+		// Lost to a newer claim only when a sweep took longer than half
+		// an interval: that one counts again.
+		_, _ = c.store.kv.Update(ctx, scanKey, data, cl.rev)
 	}
 	for _, key := range removed {
 		if tenant, session, runID, ok := parseRunKey(key); ok && ctx.Err() == nil {
