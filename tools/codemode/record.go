@@ -467,8 +467,9 @@ func (s *store) dropSnapshot(ctx context.Context, name string) {
 	}
 }
 
-// recentMaxBytes bounds the bytes of the records a worker remembers.
-const recentMaxBytes = 32 << 20
+// recentMaxBytes bounds the memory of the records a worker remembers, as
+// recentRecords counts it.
+const recentMaxBytes = 16 << 20
 
 // recentRecords remembers, by key, the last record a worker wrote or read
 // of each run with its revision: when the result of a run's nested call
@@ -477,11 +478,16 @@ const recentMaxBytes = 32 << 20
 // instead of reading the record first. A record that moved on elsewhere
 // fails that write, and the worker reads it as before. Records of other
 // tenants are other keys: a tenant's result finds only its own runs.
-// Records are kept decoded (a copy of their own, handed out as copies),
-// and counted by the size of their JSON.
+// Records are kept decoded (a copy of their own, handed out as copies).
+// Each is counted by the length of its JSON (about what its remembered
+// JSON members take) plus its snapshot's capacity, and the oldest go first
+// once the bound is passed: a worker with many suspended runs keeps the
+// recent ones, whose results are the likeliest to come back soon.
 type recentRecords struct {
 	mu    sync.Mutex
 	by    map[string]recentRecord
+	order []recentKey // by put, oldest first; entries since replaced are skipped
+	gen   uint64
 	bytes int
 }
 
@@ -489,11 +495,17 @@ type recentRecord struct {
 	rec  *record
 	size int
 	rev  uint64
+	gen  uint64
 }
 
-// put remembers rec, which the caller gives up, at rev; size is the
+type recentKey struct {
+	key string
+	gen uint64
+}
+
+// put remembers rec, which the caller gives up, at rev; jsonSize is the
 // length of its JSON.
-func (r *recentRecords) put(key string, rec *record, size int, rev uint64) {
+func (r *recentRecords) put(key string, rec *record, jsonSize int, rev uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.by == nil {
@@ -505,12 +517,29 @@ func (r *recentRecords) put(key string, rec *record, size int, rev uint64) {
 		}
 		r.bytes -= old.size
 	}
-	if r.bytes+size > recentMaxBytes {
-		clear(r.by) // only a shortcut: start over
-		r.bytes = 0
-	}
-	r.by[key] = recentRecord{rec: rec, size: size, rev: rev}
+	r.gen++
+	size := jsonSize + cap(rec.Snapshot)
+	r.by[key] = recentRecord{rec: rec, size: size, rev: rev, gen: r.gen}
+	r.order = append(r.order, recentKey{key: key, gen: r.gen})
 	r.bytes += size
+	for r.bytes > recentMaxBytes && len(r.order) > 0 {
+		oldest := r.order[0]
+		r.order = r.order[1:]
+		if e, ok := r.by[oldest.key]; ok && e.gen == oldest.gen {
+			r.bytes -= e.size
+			delete(r.by, oldest.key)
+		}
+	}
+	if len(r.order) > 2*len(r.by)+64 {
+		// Mostly replaced or dropped entries: keep the live ones, in order.
+		live := make([]recentKey, 0, len(r.by))
+		for _, k := range r.order {
+			if e, ok := r.by[k.key]; ok && e.gen == k.gen {
+				live = append(live, k)
+			}
+		}
+		r.order = live
+	}
 }
 
 // get returns a copy of the record remembered under key.

@@ -3,6 +3,7 @@ package codemode
 import (
 	"encoding/json"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -139,4 +140,39 @@ func TestRecordDue(t *testing.T) {
 	require.True(t, r.expired(exp))
 	require.False(t, longLease.expired(exp), "a resume holding the run keeps it")
 	require.True(t, longLease.expired(exp.Add(time.Minute)))
+}
+
+// TestRecentRecordsKeepTheNewest: the remembered records are counted with
+// their snapshots and stay within recentMaxBytes by letting the oldest go;
+// a record put again counts as new, and a dropped one no longer counts.
+func TestRecentRecordsKeepTheNewest(t *testing.T) {
+	t.Parallel()
+	var rr recentRecords
+	const snap = 1 << 20
+	rec := func() *record { return &record{Snapshot: make([]byte, 10, snap)} }
+	key := func(i int) string { return "s1.r" + strconv.Itoa(i) }
+	for i := range 40 {
+		rr.put(key(i), rec(), 1000, uint64(i+1))
+		if i == 30 {
+			rr.put(key(0), rec(), 1000, 100) // r0 again: now newer than r1…r30
+		}
+	}
+	require.LessOrEqual(t, rr.bytes, recentMaxBytes)
+	held := recentMaxBytes / (snap + 1000) // r0 and the newest held-1 others
+	require.Len(t, rr.by, held)
+	for i := 1; i < 40; i++ {
+		_, _, ok := rr.get(key(i))
+		require.Equal(t, i >= 40-(held-1), ok, "r%d", i)
+	}
+	_, _, ok := rr.get(key(0))
+	require.True(t, ok, "r0, put again, is among the newest")
+	rr.drop(key(39))
+	require.Equal(t, (held-1)*(snap+1000), rr.bytes)
+	require.LessOrEqual(t, len(rr.order), 2*len(rr.by)+64)
+
+	// An older revision never replaces a newer one.
+	rr.put(key(38), rec(), 1000, 1)
+	_, rev, ok := rr.get(key(38))
+	require.True(t, ok)
+	require.Equal(t, uint64(39), rev)
 }
