@@ -103,8 +103,10 @@ func TestOneSweepAtATime(t *testing.T) {
 	const window = 3 * time.Second
 	time.Sleep(window)
 	require.NoError(t, nc.Flush())
-	// Four workers each sweeping every interval would make about 36.
-	limit := int32(window/(interval/2)) + 2
+	// Claims are half an interval apart; a sweep's consumer comes a moment
+	// after its claim (longer on a loaded machine), so a few more may fall
+	// in the window. Four workers each sweeping every interval make 36.
+	limit := int32(window/(interval/2)) + 5
 	require.LessOrEqual(t, sweeps.Load(), limit)
 	require.GreaterOrEqual(t, sweeps.Load(), int32(4), "the fleet did not sweep")
 }
