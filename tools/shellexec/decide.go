@@ -218,7 +218,7 @@ func (s *ShellExec) apply(ctx context.Context, rec *Record, decided func()) erro
 		}
 		return nil
 	}
-	if _, err := s.cancels.Get(ctx, contracts.TenantKey(a.Tenant, a.JobID)); err == nil {
+	if _, err := s.cancels.Get(ctx, contracts.CancelKey(a.Tenant, a.Session, a.JobID)); err == nil {
 		// Cancelled while it waited, by a cancel the feed did not bring
 		// (a tenant's): it ends cancelled and never runs.
 		werr := contracts.Errorf(contracts.CodeCancelled, "job was cancelled while it waited for approval")

@@ -457,6 +457,42 @@ func TestCancelPendingApproval(t *testing.T) {
 	require.Equal(t, []contracts.Status{contracts.StatusApprovalPending, contracts.StatusCancelled}, statuses(b.events(t, job.Session, job.ID)))
 }
 
+// TestCancelMarkedWhileNoWorkerRan: a cancel mark written while no exec
+// worker ran (as a tenant writes one: a mark and no event) reaches no
+// cancel hook, since a worker that starts takes the marks already there as
+// known, not as news. An approval that comes after it finds the mark when it
+// is decided: the job ends cancelled and the command never runs.
+func TestCancelMarkedWhileNoWorkerRan(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	job, p := b.pending(t, map[string]any{"command": "seq 3"})
+	ctx := testutil.Context(t, 20*time.Second)
+	require.NoError(t, b.w.Stop(ctx))
+	kv, err := b.js.KeyValue(ctx, contracts.Subjects{}.CancelsBucket())
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, contracts.CancelKey("", job.Session, job.ID), []byte(job.Session))
+	require.NoError(t, err)
+
+	nc := b.srv.Connect(t)
+	w2, err := worker.New(nc, &worker.Config{Name: "w2", Logger: quiet, StopTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	_, err = shellexec.Register(w2, nc, &shellexec.Config{
+		Policy: shell.Policy{Security: shell.SecurityAllowlist, Ask: shell.AskOnMiss}, Approvers: []string{b.approver}, Logger: quiet,
+	})
+	require.NoError(t, err)
+	require.NoError(t, w2.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		require.NoError(t, w2.Stop(sctx))
+	})
+
+	b.decide(t, p.ApprovalID, shell.Approve, b.seed, nil)
+	ev := b.await(t, job.Session, job.ID, false)
+	require.Equal(t, contracts.StatusCancelled, ev.Data.Status, "%s %v", ev.Data.Result, ev.Data.Error)
+	require.Equal(t, []contracts.Status{contracts.StatusApprovalPending, contracts.StatusCancelled}, statuses(b.events(t, job.Session, job.ID)))
+}
+
 func TestCancelKillsApprovedCommand(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)

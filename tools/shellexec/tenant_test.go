@@ -260,7 +260,7 @@ func TestTenantExecOutsideTheJob(t *testing.T) {
 	p = pendingOf(t, next(t, gone, contracts.StatusApprovalPending))
 	cancels, err := b.js.KeyValue(testutil.Context(t, 5*time.Second), contracts.Subjects{}.CancelsBucket())
 	require.NoError(t, err)
-	_, err = cancels.Put(testutil.Context(t, 5*time.Second), "ACME.gone", []byte("s1"))
+	_, err = cancels.Put(testutil.Context(t, 5*time.Second), contracts.CancelKey("ACME", "s1", "gone"), []byte("s1"))
 	require.NoError(t, err)
 	ev = b.decide(t, "ACME", "d-gone", decision(t, p, shell.Approve, b.acmeSeed))
 	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, "%v", ev.Data.Error)
