@@ -88,7 +88,11 @@ func (s *ShellExec) runApproved(ctx context.Context, rec *Record, ref *contracts
 	case err == nil || (res != nil && res.TimedOut):
 		werr = s.emit(ectx, ref, contracts.StatusCompleted, 1, res, nil)
 	case errors.Is(context.Cause(rctx), errJobCancelled):
-		return // the cancel wrote the job's end
+		// A default-tenant requester's cancel may have written the end
+		// already; a tenant's cannot, nor can a mark and notice alone: the
+		// worker writes it, and one terminal event is kept.
+		werr = s.emit(ectx, ref, contracts.StatusCancelled, 1, nil,
+			contracts.Errorf(contracts.CodeCancelled, "job was cancelled while the approved command ran"))
 	case ctx.Err() != nil:
 		werr = s.emit(ectx, ref, contracts.StatusFailed, 1, nil,
 			contracts.Errorf(contracts.CodeInternalError, "the worker stopped while the approved command ran; it is not run again"))
@@ -216,7 +220,9 @@ func (s *ShellExec) endSession(ctx context.Context, sref *contracts.Job, st *str
 	case err == nil || (res != nil && res.TimedOut):
 		werr = s.emit(ectx, sref, contracts.StatusCompleted, 1, res, nil)
 	case errors.Is(context.Cause(ctx), errJobCancelled):
-		return // the cancel wrote the session's end
+		// As for an approved command: the worker writes the end, once.
+		werr = s.emit(ectx, sref, contracts.StatusCancelled, 1, nil,
+			contracts.Errorf(contracts.CodeCancelled, "background session was cancelled"))
 	case errors.Is(context.Cause(ctx), errExecEnded):
 		werr = s.emit(ectx, sref, contracts.StatusCancelled, 1, nil,
 			contracts.Errorf(contracts.CodeCancelled, "the exec job that started this session was cancelled"))

@@ -289,3 +289,44 @@ func TestOperatorApproversForTenants(t *testing.T) {
 	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, "%v", ev.Data.Error)
 	require.Equal(t, "1\n", runResult(t, next(t, sub, contracts.StatusCompleted)).Stdout)
 }
+
+// TestTenantCancelsRunningApprovedCommand: a tenant cancels its exec job
+// while the approved command runs (the mark and the notice its import
+// writes): the command is killed and the job ends cancelled, in the
+// tenant's events; likewise an approved background session. Tenants write
+// no events, so the worker writes these ends.
+func TestTenantCancelsRunningApprovedCommand(t *testing.T) {
+	t.Parallel()
+	b := setupTenants(t, nil)
+	job := b.submit(t, "ACME", shellexec.ToolExec, "long", map[string]any{"command": "sleep 20"})
+	p := pendingOf(t, next(t, job, contracts.StatusApprovalPending))
+	// The decide job runs the approved command: it is not awaited here.
+	b.submit(t, "ACME", shellexec.ToolDecide, "d-long", shellexec.DecideInput{Decision: decision(t, p, shell.Approve, b.acmeSeed)})
+	next(t, job, contracts.StatusApproved)
+	time.Sleep(300 * time.Millisecond) // the command is running
+	ctx := testutil.Context(t, 5*time.Second)
+	cancels, err := b.js.KeyValue(ctx, contracts.Subjects{}.CancelsBucket())
+	require.NoError(t, err)
+	_, err = cancels.Put(ctx, contracts.CancelKey("ACME", "s1", "long"), []byte("s1"))
+	require.NoError(t, err)
+	require.NoError(t, b.nc.Publish(contracts.Subjects{}.TenantCancel("ACME", "long"), []byte("s1")))
+	start := time.Now()
+	next(t, job, contracts.StatusCancelled)
+	require.Less(t, time.Since(start), 15*time.Second, "the command ran on")
+
+	// The same for an approved background session, cancelled by its id.
+	bg := b.submit(t, "ACME", shellexec.ToolExec, "bg-long", map[string]any{"command": "sleep 20", "background": true})
+	p = pendingOf(t, next(t, bg, contracts.StatusApprovalPending))
+	sid := shellexec.SessionID("bg-long")
+	session, err := b.nc.SubscribeSync(contracts.Subjects{}.TenantEvent("ACME", "s1", sid))
+	require.NoError(t, err)
+	ev := b.decide(t, "ACME", "d-bg-long", decision(t, p, shell.Approve, b.acmeSeed))
+	require.Equal(t, contracts.StatusCompleted, ev.Data.Status, "%v", ev.Data.Error)
+	next(t, bg, contracts.StatusCompleted)
+	_, err = cancels.Put(ctx, contracts.CancelKey("ACME", "s1", sid), []byte("s1"))
+	require.NoError(t, err)
+	require.NoError(t, b.nc.Publish(contracts.Subjects{}.TenantCancel("ACME", sid), []byte("s1")))
+	start = time.Now()
+	next(t, session, contracts.StatusCancelled)
+	require.Less(t, time.Since(start), 15*time.Second, "the session ran on")
+}
