@@ -44,10 +44,9 @@ func (c *CodeMode) expire(ctx context.Context, tenant, session, runID string) er
 }
 
 // onCancel hears the worker's cancel feed: a cancelled exec job's run is
-// removed with its snapshot and its pending nested jobs are cancelled. Any
-// other job id names no run and is passed over after one lookup. The feed
-// carries the default tenant's cancels only: a named tenant's run is not
-// removed by a cancel yet (it ends at its TTL).
+// removed with its snapshot and its pending nested jobs are cancelled, in
+// the tenant of the cancel mark's key. Any other job id names no run and
+// is passed over after one lookup.
 func (c *CodeMode) onCancel(ctx context.Context, tenant, session, jobID string) {
 	c.cancelRun(ctx, tenant, session, jobID)
 }
