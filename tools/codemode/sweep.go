@@ -270,9 +270,11 @@ func (c *CodeMode) sweepOnce(ctx context.Context, cl claim) error {
 			case h.Get("KV-Operation") != "":
 				// deleted or purged: the run ended
 			default:
-				if tenant, _, _, ok := parseRunKey(key); ok {
-					runs[tenant]++
+				tenant, _, _, ok := parseRunKey(key)
+				if !ok {
+					continue // scanKey, or no run's
 				}
+				runs[tenant]++
 				at, ok := dueOf(h.Get(dueHeader))
 				if !ok || !at.After(now) {
 					due = append(due, key)
