@@ -280,16 +280,25 @@ func (p *Producer) replayAll(ctx context.Context, session, jobID string, r *tena
 	}
 }
 
+// replayBusyWait bounds how long a read without a deadline asks again
+// while the workers answer that their replays are busy.
+const replayBusyWait = time.Minute
+
 // errReplayBusy is a replay refused for want of a free slot on the worker
 // that took the request, before it sent any event.
 var errReplayBusy = errors.New("producer: replay refused: the worker is busy")
 
 // replayWhenFree is replay, asked again after a pause when a worker
 // refuses it as busy (each worker runs a few replays at once, and a few of
-// each tenant's), for up to Config.Timeout; the queue group may hand the
-// next request to another worker.
+// each tenant's); the queue group may hand the next request to another
+// worker. A busy worker is working, and its replays end: the read asks
+// until ctx ends, or, for a ctx without a deadline, for up to
+// replayBusyWait or Config.Timeout, whichever is longer.
 func (p *Producer) replayWhenFree(ctx context.Context, session, jobID string, since time.Time, r *tenantRead) (bool, error) {
-	pause, giveUp := 50*time.Millisecond, time.Now().Add(p.cfg.Timeout)
+	pause, giveUp := 50*time.Millisecond, time.Now().Add(max(p.cfg.Timeout, replayBusyWait))
+	if d, ok := ctx.Deadline(); ok {
+		giveUp = d
+	}
 	for {
 		truncated, err := p.replay(ctx, session, jobID, since, r)
 		if !errors.Is(err, errReplayBusy) || time.Now().After(giveUp) {
