@@ -138,7 +138,7 @@ func TestMetricsListenRefusesBadAddress(t *testing.T) {
 // gives them to the sandbox engine and reads the DLQ's size: after a
 // code-mode run that suspends on a nested call and auto-resumes, the
 // registry has the VM pool's gauges (the VMs back in the pool, none in
-// use), one snapshot restore, and the DLQ's figures (empty).
+// use), a snapshot restore, and the DLQ's figures (empty).
 func TestWorkerWiresEngineAndDLQMetrics(t *testing.T) {
 	t.Parallel()
 	srv := testutil.StartJetStream(t)
@@ -181,7 +181,9 @@ func TestWorkerWiresEngineAndDLQMetrics(t *testing.T) {
 		return got
 	}
 	got := series()
-	require.InDelta(t, 1, got["toolq_codemode_restores_total"], 0, "the resume restored its snapshot")
+	// At least once: a resume whose lease write lost to the run's own
+	// "calls submitted" write throws its slice away and restores again.
+	require.GreaterOrEqual(t, got["toolq_codemode_restores_total"], 1.0, "the resume restored its snapshot")
 	require.Contains(t, got, "toolq_codemode_vm_pool_idle")
 	require.Positive(t, got["toolq_codemode_vm_pool_idle"], "the VMs went back to the pool")
 	require.InDelta(t, 0, got["toolq_codemode_vm_pool_in_use"], 0)
