@@ -23,7 +23,8 @@ func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 // job's end: completed with the result (or a background session's id),
 // failed when the run could not finish. One running_notice is written when
 // the command runs past approvalRunningNoticeMs. A cancel of the exec job
-// kills the command (the cancel already wrote the job's end).
+// kills the command, and the job ends cancelled (unless the canceller
+// wrote its end first).
 func (s *ShellExec) runApproved(ctx context.Context, rec *Record, ref *contracts.Job) {
 	plan := &rec.Approval.Plan
 	if rec.Background {

@@ -48,7 +48,8 @@ type ShellExec struct {
 
 // Causes of a run's context ending early.
 var (
-	// errJobCancelled: the run's job was cancelled (the cancel wrote its end).
+	// errJobCancelled: the run's job was cancelled; the run writes its
+	// cancelled end unless the canceller's came first.
 	errJobCancelled = errors.New("shellexec: job cancelled")
 	// errExecEnded: the exec job that started a background session ended
 	// (cancelled) before it could tell of the session.
