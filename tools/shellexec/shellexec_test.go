@@ -180,6 +180,26 @@ func runResult(t *testing.T, ev *contracts.Event) shell.Result {
 	return r
 }
 
+// startSecondWorker starts another exec worker ("w2") with the bundle's
+// approver, stopped when the test ends: the one that takes over after the
+// bundle's own worker was stopped.
+func (b *bundle) startSecondWorker(ctx context.Context, t *testing.T) {
+	t.Helper()
+	nc := b.srv.Connect(t)
+	w2, err := worker.New(nc, &worker.Config{Name: "w2", Logger: quiet, StopTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	_, err = shellexec.Register(w2, nc, &shellexec.Config{
+		Policy: shell.Policy{Security: shell.SecurityAllowlist, Ask: shell.AskOnMiss}, Approvers: []string{b.approver}, Logger: quiet,
+	})
+	require.NoError(t, err)
+	require.NoError(t, w2.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		require.NoError(t, w2.Stop(sctx))
+	})
+}
+
 func (b *bundle) record(t *testing.T, id string) *shellexec.Record {
 	t.Helper()
 	r, err := shellexec.LoadApproval(testutil.Context(t, 5*time.Second), b.prod, id)
@@ -473,19 +493,7 @@ func TestCancelMarkedWhileNoWorkerRan(t *testing.T) {
 	_, err = kv.Put(ctx, contracts.CancelKey("", job.Session, job.ID), []byte(job.Session))
 	require.NoError(t, err)
 
-	nc := b.srv.Connect(t)
-	w2, err := worker.New(nc, &worker.Config{Name: "w2", Logger: quiet, StopTimeout: 5 * time.Second})
-	require.NoError(t, err)
-	_, err = shellexec.Register(w2, nc, &shellexec.Config{
-		Policy: shell.Policy{Security: shell.SecurityAllowlist, Ask: shell.AskOnMiss}, Approvers: []string{b.approver}, Logger: quiet,
-	})
-	require.NoError(t, err)
-	require.NoError(t, w2.Start(ctx))
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		require.NoError(t, w2.Stop(sctx))
-	})
+	b.startSecondWorker(ctx, t)
 
 	b.decide(t, p.ApprovalID, shell.Approve, b.seed, nil)
 	ev := b.await(t, job.Session, job.ID, false)
@@ -649,19 +657,7 @@ func TestRedeliveredDecisionDoesNotRunTwice(t *testing.T) {
 	}
 	require.Equal(t, 1, n)
 
-	nc := b.srv.Connect(t)
-	w2, err := worker.New(nc, &worker.Config{Name: "w2", Logger: quiet, StopTimeout: 5 * time.Second})
-	require.NoError(t, err)
-	_, err = shellexec.Register(w2, nc, &shellexec.Config{
-		Policy: shell.Policy{Security: shell.SecurityAllowlist, Ask: shell.AskOnMiss}, Approvers: []string{b.approver}, Logger: quiet,
-	})
-	require.NoError(t, err)
-	require.NoError(t, w2.Start(ctx))
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		require.NoError(t, w2.Stop(sctx))
-	})
+	b.startSecondWorker(ctx, t)
 
 	require.True(t, decideResult(t, b.await(t, dj.Session, dj.ID, false)).Applied)
 	ev := b.await(t, job.Session, job.ID, false)
