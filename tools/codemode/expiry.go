@@ -23,22 +23,32 @@ func (c *CodeMode) expireRun(ctx context.Context, rec *record, rev uint64) {
 			return
 		}
 	}
-	if err := c.expire(ctx, rec.Tenant, rec.Session, rec.RunID); err != nil {
+	if err := c.failExpired(ctx, rec.Tenant, rec.Session, rec.RunID); err != nil {
 		c.log.Warn("expired run: failed event not written; the next sweep retries", slog.String("run", rec.RunID), slog.Any("err", err))
 		return
 	}
-	c.drop(ctx, rec)
+	c.drop(ctx, rec) // the record, and the snapshot object it names
 }
 
-// expire fails an expired run's exec job (unless it already ended), in its
-// tenant's events, and deletes its snapshot object.
-func (c *CodeMode) expire(ctx context.Context, tenant, session, runID string) error {
+// expireRemoved expires a run whose record the server removed at its own
+// TTL (a MaxAge marker): its exec job fails, and the snapshot object of the
+// run's name, if any, goes (no record is left to name it).
+func (c *CodeMode) expireRemoved(ctx context.Context, tenant, session, runID string) error {
+	if err := c.failExpired(ctx, tenant, session, runID); err != nil {
+		return err
+	}
+	c.store.dropSnapshot(ctx, runKey(tenant, session, runID))
+	return nil
+}
+
+// failExpired fails an expired run's exec job (unless it already ended),
+// in its tenant's events.
+func (c *CodeMode) failExpired(ctx context.Context, tenant, session, runID string) error {
 	ref := &contracts.Job{ID: runID, Session: session, Tool: contracts.ToolCodeModeExec, Tenant: tenant}
 	werr := contracts.Errorf(contracts.CodeTimeout, "code mode run expired: its snapshot outlived snapshotTtlSeconds while waiting")
 	if err := c.w.Emit(ctx, ref, contracts.StatusFailed, 1, nil, werr); err != nil && !isEnded(err) {
 		return err
 	}
-	c.store.dropSnapshot(ctx, runKey(tenant, session, runID))
 	c.log.Info("code mode run expired", slog.String("run", runID), slog.String("session", session), slog.String("tenant", tenant))
 	return nil
 }

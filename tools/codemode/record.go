@@ -301,7 +301,8 @@ type store struct {
 	limit int    // inline snapshot bytes
 	// leaseTTL is the code mode's LeaseTTL, for when a run is due.
 	leaseTTL time.Duration
-	// due are this worker's timers for the runs it wrote.
+	// due are this worker's timers for runs due soon (written here, or
+	// seen by its sweep).
 	due *dueTimers
 	// recent are the records this worker last wrote or read, for a result
 	// that comes back to the worker that suspended its run.

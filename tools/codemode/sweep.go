@@ -298,7 +298,7 @@ func (c *CodeMode) sweepOnce(ctx context.Context, cl claim) error {
 	}
 	for _, key := range removed {
 		if tenant, session, runID, ok := parseRunKey(key); ok && ctx.Err() == nil {
-			if err := c.expire(ctx, tenant, session, runID); err != nil {
+			if err := c.expireRemoved(ctx, tenant, session, runID); err != nil {
 				c.log.Warn("removed run not expired; the next sweep retries", slog.String("key", key), slog.Any("err", err))
 			}
 		}
